@@ -1,0 +1,70 @@
+"""The shared vocabulary: Canvas (tokens with holes), Step (one decoder iteration), Predict.
+
+A decoder takes a Canvas, a Predict function and a seeded torch.Generator, and yields one
+Step per iteration. Nothing here knows about models, files or terminals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+Predict = Callable[[Tensor], Tensor]
+"""(L,) token ids -> (L, V) logits, aligned to positions (row i scores position i)."""
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """Token sequence being decoded; `mask_id` marks a hole."""
+
+    tokens: Tensor  # (L,) int64
+    mask_id: int
+    late_ids: tuple[int, ...] = ()  # tokens committed last: their commit confidence is zeroed (LLaDA confidence_eos_eot_inf)
+
+    def __post_init__(self) -> None:
+        assert self.tokens.dim() == 1 and self.tokens.dtype == torch.long, (self.tokens.shape, self.tokens.dtype)
+
+    @property
+    def holes(self) -> Tensor:
+        return self.tokens == self.mask_id  # (L,) bool
+
+    @property
+    def n_holes(self) -> int:
+        return int(self.holes.sum())
+
+    def fill(self, pos: Tensor, ids: Tensor) -> Canvas:
+        """A new canvas with `ids` committed at `pos`; only holes may be committed."""
+        assert bool(self.holes[pos].all()), "commit outside a hole"
+        tokens = self.tokens.clone()
+        tokens[pos] = ids.to(tokens.dtype)
+        return Canvas(tokens, self.mask_id, self.late_ids)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decoder iteration: what it committed and the canvas after it."""
+
+    index: int  # 0-based
+    canvas: Canvas  # state after this step
+    filled: Tensor  # (k,) positions committed in this step (k may be 0)
+    scores: Tensor  # (k,) the score each commit was chosen by
+    calls: int  # model forward passes so far (NFE)
+    info: Mapping[str, float] = field(default_factory=dict)  # decoder-specific counters
+
+
+class Decoder(Protocol):
+    def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]: ...
+
+    def max_calls(self, n_holes: int) -> int: ...
+
+
+def last(steps: Iterator[Step]) -> Step | None:
+    """Drain a Step stream and return its final Step (None when there was nothing to do)."""
+    step = None
+    for step in steps:
+        pass
+    return step

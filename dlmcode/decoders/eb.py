@@ -1,0 +1,34 @@
+"""EB-sampler (arXiv 2505.24857): entropy-bounded parallel commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from .base import Block, Choice, Decoder, check, setting
+
+
+@dataclass(frozen=True)
+class EntropyBound(Decoder):
+    """EB-sampler: commit the lowest-entropy holes while their summed entropy minus the largest stays <= gamma."""
+
+    gamma: float = setting(0.1, "entropy bound in nats (DiffusionGemma's default 0.1); larger commits more")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.gamma >= 0, "gamma", self.gamma, "must be >= 0")
+
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+        entropies = sampling.entropy(logits)  # (H,)
+        rows = select(entropies, self.gamma)
+        return Choice(rows, entropies[rows])
+
+
+def select(entropies: Tensor, gamma: float) -> Tensor:
+    """The largest k of rows by ascending entropy with sum(H_1..H_k) - max(H_1..H_k) <= gamma, k >= 1."""
+    values, order = entropies.sort()  # (H,) ascending
+    bound = values.cumsum(0) - values.cummax(0).values  # (H,) non-decreasing
+    return order[: max(1, int((bound <= gamma).sum()))]

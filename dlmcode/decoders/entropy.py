@@ -1,0 +1,34 @@
+"""Dream's entropy order (Dream diffusion_generate, alg='entropy'), on Dream's step schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from .base import Block, Choice, check, setting
+from .scheduled import Scheduled
+
+
+@dataclass(frozen=True)
+class Entropy(Scheduled):
+    """Dream: commit the lowest-entropy holes, int(holes * (1 - s/t)) per step."""
+
+    eps: float = setting(1e-3, "Dream's final timestep: timesteps run linspace(1, eps, steps + 1)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 < self.eps < 1, "eps", self.eps, "must be in (0, 1)")
+
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+        steps = self.steps_for(block.holes, block.number, block.count)
+        k = sampling.dream_count(len(ids), block.step, steps, self.eps)
+        scores = self.score(logits)  # (H,)
+        rows = sampling.top(scores, k)
+        return Choice(rows, scores[rows])
+
+    def score(self, logits: Tensor) -> Tensor:
+        """Negative entropy (Dream's sum p log p): higher is more certain."""
+        return -sampling.entropy(logits)

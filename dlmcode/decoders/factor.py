@@ -1,0 +1,38 @@
+"""Fast-dLLM's factor rule (NVlabs/Fast-dLLM llada/generate.py, get_transfer_index_dynamic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .base import Block, Choice, Decoder, check, setting
+
+
+@dataclass(frozen=True)
+class Factor(Decoder):
+    """Fast-dLLM factor: commit the n most confident holes while the n-th has conf >= 1 - f/(n+1)."""
+
+    factor: float = setting(1.0, "f in the rank-n bar 1 - f/(n+1); larger commits more per call")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.factor > 0, "factor", self.factor, "must be > 0")
+
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+        rows = select(conf, self.factor)
+        return Choice(rows, conf[rows])
+
+
+def select(conf: Tensor, factor: float) -> Tensor:
+    """The longest prefix of rows by descending confidence whose every rank n clears 1 - f/(n+1).
+
+    The reference commits every hole when only the last rank fails (its `top_i == len - 1`
+    branch); we read that as an off-by-one and stop at the failing rank.
+    """
+    scores, order = conf.sort(descending=True)  # (H,), (H,)
+    ranks = torch.arange(1, len(conf) + 1, device=conf.device, dtype=scores.dtype)
+    ok = scores >= 1 - factor / (ranks + 1)
+    ok[0] = True  # at least one commit per call
+    return order[: int(ok.long().cumprod(0).sum())]

@@ -1,0 +1,27 @@
+"""LLaDA low-confidence remasking (ML-GSAI/LLaDA generate.py, remasking='low_confidence')."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from .base import Block, Choice
+from .scheduled import Scheduled
+
+
+@dataclass(frozen=True)
+class LowConfidence(Scheduled):
+    """LLaDA: each step commits the most confident holes, an even share of the block."""
+
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+        k = sampling.even_split(block.holes, self.steps_for(block.holes, block.number, block.count))[block.step]
+        scores = self.score(conf, rng)  # (H,)
+        rows = sampling.top(scores, k)
+        return Choice(rows, scores[rows])
+
+    def score(self, conf: Tensor, rng: torch.Generator) -> Tensor:
+        """Commit order: the proposed token's probability."""
+        return conf

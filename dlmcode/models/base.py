@@ -1,0 +1,36 @@
+"""What every model family's adapter returns: a Dlm (tokenizer, special ids, predict)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from ..canvas import Predict
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...  # no special tokens added
+
+    def decode(self, ids: list[int]) -> str: ...  # special tokens kept out by the caller
+
+
+@dataclass
+class Dlm:
+    """A loaded diffusion language model, ready for decoders."""
+
+    name: str  # what the user asked for (path or hub id), or "builtin"
+    family: str  # registry key of the adapter: "builtin", "llada", "dream", "masked-lm"
+    tokenizer: Tokenizer
+    mask_id: int
+    eos_id: int | None  # end-of-text
+    pad_id: int | None
+    context: int  # longest canvas the model takes
+    predict: Predict  # (L,) ids -> (L, V) logits aligned to positions
+    device: torch.device
+    dtype: torch.dtype
+    chat: Callable[[str], str] | None = None  # wraps a request in the chat template; None for base models
+    special_ids: frozenset[int] = field(default_factory=frozenset)  # ids never shown as code (mask, pad, eos, ...)
+    eot_id: int | None = None  # end-of-turn, where the family has one (LLaDA 126348)
