@@ -39,6 +39,7 @@ class Canvas:
     def fill(self, pos: Tensor, ids: Tensor) -> Canvas:
         """A new canvas with `ids` committed at `pos`; only holes may be committed."""
         assert bool(self.holes[pos].all()), "commit outside a hole"
+        assert not bool((ids == self.mask_id).any()), "commit of the mask token"
         tokens = self.tokens.clone()
         tokens[pos] = ids.to(tokens.dtype)
         return Canvas(tokens, self.mask_id, self.late_ids)

@@ -28,6 +28,18 @@ def gumbel_argmax(logits: Tensor, temperature: float, rng: torch.Generator) -> T
     return (logits.double() - temperature * torch.log(-torch.log(u))).argmax(-1)  # (H,)
 
 
+def without(logits: Tensor, token: int) -> Tensor:
+    """Logits with `token` made impossible: a hole is never filled with the mask token.
+
+    Only the proposal drops it; confidences still use the full softmax, as the references do.
+    """
+    if not 0 <= token < logits.shape[-1]:
+        return logits  # a mask id outside the vocabulary cannot be proposed anyway
+    logits = logits.clone()
+    logits[:, token] = float("-inf")
+    return logits
+
+
 def log_probs(logits: Tensor) -> Tensor:
     """float64 log-softmax over the vocabulary, as LLaDA scores confidence."""
     return torch.log_softmax(logits.double(), dim=-1)  # (H, V)

@@ -95,7 +95,7 @@ def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Gen
             calls += 1
             active = positions[canvas.holes[positions]]  # (H,)
             rows = logits[active]  # (H, V)
-            ids = sampling.gumbel_argmax(rows, decoder.temperature, rng)  # (H,)
+            ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), decoder.temperature, rng)  # (H,)
             conf = sampling.confidence(rows, ids, canvas.late_ids)  # (H,)
             choice = decoder.choose(rows, ids, conf, Block(number, len(runs), len(positions), step), rng)
             canvas = canvas.fill(active[choice.rows], ids[choice.rows])

@@ -34,3 +34,4 @@ class Dlm:
     chat: Callable[[str], str] | None = None  # wraps a request in the chat template; None for base models
     special_ids: frozenset[int] = field(default_factory=frozenset)  # ids never shown as code (mask, pad, eos, ...)
     eot_id: int | None = None  # end-of-turn, where the family has one (LLaDA 126348)
+    bos_id: int | None = None  # put first on every canvas, for models trained that way

@@ -1,0 +1,36 @@
+"""dlmcode: generate and edit code with discrete diffusion language models.
+
+    import dlmcode
+    dlm = dlmcode.load()                      # the built-in model
+    result = dlmcode.infill(source, span=(3, 4), dlm=dlm, decoder="threshold", options={"tau": 0.8})
+    print(result.text, result.calls, result.breakage)
+
+Names are imported lazily so that `dlmcode --help` does not pay for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "load": "dlmcode.models",
+    "generate": "dlmcode.fill",
+    "infill": "dlmcode.fill",
+    "Result": "dlmcode.fill",
+    "DECODERS": "dlmcode.decoders",
+    "Canvas": "dlmcode.canvas",
+    "Step": "dlmcode.canvas",
+    "Dlm": "dlmcode.models.base",
+    "DlmcodeError": "dlmcode.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dlmcode' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

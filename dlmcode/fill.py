@@ -1,0 +1,217 @@
+"""The library's main jobs: infill spans of a file, or continue a prompt, with a chosen decoder.
+
+Stream first: `prepare_infill` / `prepare_generate` return a Job whose `steps()` is the
+decoder's Step stream (the CLI draws it live); `Job.run()` drains it into a Result.
+`infill()` and `generate()` are the one-call convenience API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import decoders, spans, syntax
+from .canvas import Predict, Step, last
+from .decoders.base import Decoder
+from .errors import UsageError
+from .models.base import Dlm
+
+Follow = Callable[[Iterator[Step]], Step | None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a decode produced, with its cost and the syntax it broke."""
+
+    text: str  # the whole output (file with spans replaced, or prompt plus continuation / extracted code)
+    ids: list[int]  # token ids decoded into the holes, in position order, before any trimming
+    canvas: list[int]  # every token id of the final canvas
+    calls: int  # model forward passes
+    filled: int  # holes filled
+    seconds: float
+    breakage: syntax.Breakage | None  # None when the language is unknown
+    decoder: str
+    settings: Mapping[str, Any]
+    model: str
+
+    @property
+    def tpf(self) -> float:
+        """Tokens committed per call."""
+        return self.filled / self.calls if self.calls else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "decoder": {"name": self.decoder, "settings": dict(self.settings)},
+            "model": self.model,
+            "ids": self.ids,
+            "canvas": self.canvas,
+            "calls": self.calls,
+            "filled": self.filled,
+            "tpf": round(self.tpf, 4),
+            "seconds": round(self.seconds, 4),
+            "breakage": self.breakage.to_dict() if self.breakage else None,
+        }
+
+
+@dataclass
+class Job:
+    """A prepared decode: the plan (canvas and how to splice it back), model, decoder, seed."""
+
+    plan: spans.Plan
+    dlm: Dlm
+    decoder: Decoder
+    seed: int
+    lang: str | None
+    before: str  # the text breakage is measured against
+    finish: Callable[[spans.Filled], str] = field(default=lambda filled: filled.text)
+    trim_at: int | None = None  # generate: the completion ends at the first end-of-text
+    predict: Predict | None = None  # the model's predict with end-of-text policies applied
+
+    def steps(self) -> Iterator[Step]:
+        rng = torch.Generator().manual_seed(self.seed)
+        return self.decoder(self.plan.canvas, self.predict or self.dlm.predict, rng)
+
+    def run(self, follow: Follow = last) -> Result:
+        """Decode (through `follow`, which consumes the Step stream) and splice the result."""
+        start = time.perf_counter()
+        final = follow(self.steps())
+        seconds = time.perf_counter() - start
+        canvas = final.canvas if final else self.plan.canvas
+        filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        text = self.finish(filled)
+        return Result(
+            text=text,
+            ids=filled.ids,
+            canvas=canvas.tokens.tolist(),
+            calls=final.calls if final else 0,
+            filled=self.plan.canvas.n_holes,
+            seconds=seconds,
+            breakage=syntax.breakage(self.before, text, self.lang, self.span_of(filled)) if self.lang else None,
+            decoder=decoders.name_of(self.decoder),
+            settings=decoders.settings_of(self.decoder),
+            model=self.dlm.name,
+        )
+
+    def span_of(self, filled: spans.Filled) -> tuple[int, int] | None:
+        if not filled.span_lines:
+            return None
+        return filled.span_lines[0][0], filled.span_lines[-1][1]
+
+
+def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temperature: float | None) -> Decoder:
+    """A decoder from a registry name and settings (or an instance), with `temperature` applied."""
+    built = decoders.build(decoder, options) if isinstance(decoder, str) else decoder
+    if temperature is not None:
+        try:
+            built = dataclasses.replace(built, temperature=temperature)
+        except ValueError as err:
+            raise UsageError(f"--temperature: {err}") from None
+    return built
+
+
+def default_model(dlm: Dlm | None) -> Dlm:
+    if dlm is not None:
+        return dlm
+    from .models import load
+
+    return load()
+
+
+def prepare_infill(
+    source: str,
+    span: tuple[int, int] | None = None,
+    *,
+    dlm: Dlm | None = None,
+    decoder: str | Decoder = "low-confidence",
+    options: Mapping[str, Any] | None = None,
+    length: int | None = None,
+    seed: int = 0,
+    temperature: float | None = None,
+    lang: str | None = None,
+) -> Job:
+    """A Job that rewrites lines span[0]..span[1] (1-based, inclusive), or the file's fill markers."""
+    model = default_model(dlm)
+    built = make_decoder(decoder, options, temperature)
+    plan = spans.plan_infill(source, model.tokenizer, model.mask_id, span, length, model.context, model.bos_id, model.eos_id)
+    return Job(plan, model, built, seed, lang, before=source)
+
+
+def prepare_generate(
+    prompt: str,
+    *,
+    dlm: Dlm | None = None,
+    decoder: str | Decoder = "low-confidence",
+    options: Mapping[str, Any] | None = None,
+    length: int = 128,
+    seed: int = 0,
+    temperature: float | None = None,
+    lang: str | None = "python",
+    chat: bool | None = None,
+    raw: bool = False,
+    eos: EndOfText | None = None,
+) -> Job:
+    """A Job that continues `prompt` with `length` holes; with a chat model the prompt is a request."""
+    model = default_model(dlm)
+    built = make_decoder(decoder, options, temperature)
+    use_chat = (model.chat is not None) if chat is None else chat
+    if use_chat and model.chat is None:
+        raise UsageError(f"--chat: model {model.name!r} has no chat template")
+    eos = eos or EndOfText()
+    text = model.chat(prompt) if use_chat else prompt
+    plan = spans.plan_generate(text, model.tokenizer, model.mask_id, length, model.context, model.bos_id)
+    plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
+    if not use_chat:
+        return Job(plan, model, built, seed, lang, prompt, trim_at=model.eos_id, predict=eos.wrap(model))
+    reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
+    return Job(plan, model, built, seed, lang, "", reply, trim_at=model.eos_id, predict=eos.wrap(model))
+
+
+@dataclass(frozen=True)
+class EndOfText:
+    """Ways to stop instruct dLLMs flooding the canvas with end-of-text (docs/field.md D.4)."""
+
+    logits_eos_inf: bool = False  # LLaDA: end-of-text can never be proposed
+    confidence_eos_eot_inf: bool = False  # LLaDA: end-of-text/turn proposals are committed last
+    eos_penalty: float = 0.0  # Dream-Coder: subtracted from the end-of-text logit
+
+    def late_ids(self, model: Dlm) -> tuple[int, ...]:
+        ids = (model.eos_id, model.eot_id) if self.confidence_eos_eot_inf else ()
+        return tuple(i for i in ids if i is not None)
+
+    def wrap(self, model: Dlm) -> Predict:
+        penalty = float("inf") if self.logits_eos_inf else self.eos_penalty
+        if not penalty or model.eos_id is None:
+            return model.predict
+
+        def predict(tokens: torch.Tensor) -> torch.Tensor:
+            logits = model.predict(tokens).clone()  # (L, V)
+            logits[:, model.eos_id] -= penalty
+            return logits
+
+        return predict
+
+
+FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(reply: str) -> str:
+    """The fenced code blocks of a chat reply joined, or the whole reply when it has none."""
+    blocks = FENCE.findall(reply)
+    return "\n".join(block.rstrip("\n") for block in blocks) + "\n" if blocks else reply
+
+
+def infill(source: str, span: tuple[int, int] | None = None, **kwargs: Any) -> Result:
+    """Rewrite a span of `source` (see prepare_infill for the arguments) and return the Result."""
+    return prepare_infill(source, span, **kwargs).run()
+
+
+def generate(prompt: str, **kwargs: Any) -> Result:
+    """Continue `prompt` (see prepare_generate for the arguments) and return the Result."""
+    return prepare_generate(prompt, **kwargs).run()

@@ -1,0 +1,100 @@
+"""Rich views on stderr: the canvas filling in live, and one summary line at the end.
+
+Only draws; never decides. Nothing animates unless stderr is a terminal, and stdout is
+never written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from .canvas import Step, last
+from .fill import Job, Result
+
+HOLE = "·"  # how a hole is drawn
+CONTEXT_CHARS = 300  # context shown around the holes
+
+
+def console(quiet: bool = False) -> Console:
+    """The stderr console every view draws on (quiet: draws nothing)."""
+    return Console(stderr=True, quiet=quiet, highlight=False)
+
+
+class CanvasView:
+    """Draws a Job's canvas as its holes are committed."""
+
+    def __init__(self, job: Job, out: Console):
+        self.job, self.out = job, out
+        self.pieces: dict[int, str] = {}
+        self.holes = job.plan.canvas.holes
+        self.total = int(self.holes.sum())
+
+    def follow(self, steps: Iterator[Step]) -> Step | None:
+        """Consume the Step stream, drawing it live on a terminal; return the last Step."""
+        if not self.out.is_terminal or self.out.quiet:
+            return last(steps)
+        final = None
+        with Live(self.render(None), console=self.out, transient=True, refresh_per_second=12,
+                  redirect_stdout=False, redirect_stderr=False) as live:
+            for final in steps:
+                live.update(self.render(final))
+        return final
+
+    def piece(self, token: int) -> str:
+        if token not in self.pieces:
+            self.pieces[token] = self.job.dlm.tokenizer.decode([token])
+        return self.pieces[token]
+
+    def render(self, step: Step | None) -> Text:
+        canvas = step.canvas if step else self.job.plan.canvas
+        fresh = set(step.filled.tolist()) if step else set()
+        body = Text()
+        for pos in self.window():
+            token = int(canvas.tokens[pos])
+            if token == canvas.mask_id:
+                body.append(HOLE, style="dim magenta")
+            elif pos in fresh:
+                body.append(self.piece(token), style="bold green")
+            elif bool(self.holes[pos]):
+                body.append(self.piece(token), style="green")
+            else:
+                body.append(self.piece(token), style="dim")
+        return Text("\n").join([self.header(step), body])
+
+    def header(self, step: Step | None) -> Text:
+        calls = step.calls if step else 0
+        filled = self.total - (step.canvas.n_holes if step else self.total)
+        tpf = filled / calls if calls else 0.0
+        name = type(self.job.decoder).__name__
+        return Text(f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "
+                    f"filled {filled}/{self.total} · TPF {tpf:.2f}", style="bold")
+
+    def window(self) -> range:
+        """Canvas positions to draw: the holes with some context either side."""
+        where = self.holes.nonzero().squeeze(-1)
+        if where.numel() == 0:
+            return range(0)
+        reach = CONTEXT_CHARS // 4  # about four characters a token
+        start = max(0, int(where[0]) - reach)
+        return range(start, min(len(self.holes), int(where[-1]) + reach + 1))
+
+
+def summary(result: Result) -> str:
+    """One line: what was filled, at what cost, and the syntax it broke."""
+    line = (f"{result.decoder}: filled {result.filled} holes in {result.calls} calls "
+            f"(TPF {result.tpf:.2f}) in {result.seconds:.2f} s")
+    return f"{line} · {breakage_text(result)}"
+
+
+def breakage_text(result: Result) -> str:
+    b = result.breakage
+    if b is None:
+        return "breakage: not checked (unknown language; use --lang)"
+    if not b.broken:
+        return "breakage: none"
+    where = "inside the filled span" if b.touches_span else "outside the filled span"
+    return f"breakage: {b.new_errors} new syntax error(s), first at line {b.first_line} ({where})"
