@@ -210,5 +210,20 @@ def list_decoders(json_out: Json = False) -> None:
             typer.echo(f"    {s['name']} ({s['type']}, default {s['default']}): {s['help']}")
 
 
+@app.command()
+def train(
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="training setting key=value (repeatable; see dlmcode/train.py TrainConfig)")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Train the built-in dLLM (tokenizer and model) on this Python's standard library; resumes a run folder."""
+    from . import train as training
+    from . import view
+
+    with reported():
+        cfg = training.parse_overrides(option or [])
+        last = view.follow_training(training.logged(cfg), view.console(quiet))
+        typer.echo(json.dumps(last))
+
+
 def main() -> None:
     app()

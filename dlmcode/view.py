@@ -98,3 +98,21 @@ def breakage_text(result: Result) -> str:
         return "breakage: none"
     where = "inside the filled span" if b.touches_span else "outside the filled span"
     return f"breakage: {b.new_errors} new syntax error(s), first at line {b.first_line} ({where})"
+
+
+def follow_training(records: Iterator[dict], out: Console) -> dict:
+    """Draw training progress (a bar over the wall-time budget, loss, tokens/s); return the last record."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("training"), BarColumn(), TextColumn("step {task.fields[step]} · loss {task.fields[loss]:.3f} · "
+               "{task.fields[tok_s]:,.0f} tok/s"), TimeRemainingColumn())  # fmt: skip
+    record: dict = {}
+    with Progress(*columns, console=out, transient=False, redirect_stdout=False, redirect_stderr=False) as bar:
+        task = bar.add_task("train", total=None, step=0, loss=float("nan"), tok_s=0.0)
+        for record in records:
+            if "loss" in record:
+                bar.update(task, total=record["budget"], completed=record["elapsed"], step=record["step"],
+                           loss=record["loss"], tok_s=record["tok_s"])
+            elif record.get("event") == "checkpoint":
+                bar.console.print(f"checkpoint at step {record['step']}: held-out loss {record['heldout_loss']:.4f}")
+    return record

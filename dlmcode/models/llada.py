@@ -1,0 +1,56 @@
+"""Family adapter for LLaDA-8B-Base/Instruct and LLaDA-1.5 (GSAI-ML): logits used in place, no shift.
+
+LLaDA exists only as hub remote code (docs/field.md A.3), so it loads only with
+--trust-remote-code, and under transformers 5.x that code fails (A.4.1); both cases end in
+one clear ModelError from hf.remote_code_error. Ids come from the tokenizer and config.json
+first; the constants below are the published values, used only when those are silent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from . import hf
+from .base import Dlm
+
+LLADA_MASK_ID = 126336  # <|mdm_mask|>
+LLADA_EOS_ID = 126081  # <|endoftext|>
+LLADA_EOT_ID = 126348  # <|eot_id|>, end of a chat turn
+LLADA_CONTEXT = 4096  # max_sequence_length of LLaDA-8B's config.json
+TITLE = "LLaDA"
+
+
+def matches(config: dict) -> bool:
+    """model_type "llada" or the LLaDAModelLM architecture (not LLaDA-MoE / LLaDA2: other ids, block diffusion)."""
+    return str(config.get("model_type", "")).lower() == "llada" or "LLaDAModelLM" in (config.get("architectures") or [])
+
+
+def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
+    config = hf.read_config(path)
+    hf.require_remote_code(path, TITLE, config, trust_remote_code)
+    tok = hf.load_remote_tokenizer(path, TITLE)
+    model = hf.load_remote(path, TITLE, device, dtype)
+    vocab = hf.vocab_size(model)
+    bos_id = hf.bos_of(hf.framing(tok))
+    mask_id = hf.require_mask(path, hf.first_id(tok.mask_token_id, config.get("mask_token_id"), LLADA_MASK_ID, vocab_size=vocab))
+    eos_id = hf.first_id(config.get("eos_token_id"), hf.token_id(tok, "<|endoftext|>"), LLADA_EOS_ID, vocab_size=vocab)
+    eot_id = hf.first_id(hf.token_id(tok, "<|eot_id|>"), LLADA_EOT_ID, vocab_size=vocab)
+    pad_id = hf.first_id(tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab)
+    return Dlm(
+        name=hf.label(path),
+        family="llada",
+        tokenizer=hf.HfTokenizer(tok),
+        mask_id=mask_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        context=int(config.get("max_sequence_length") or config.get("max_position_embeddings") or LLADA_CONTEXT),
+        predict=hf.make_predict(model),
+        device=device,
+        dtype=dtype,
+        chat=hf.chat_fn(tok, bos_id),
+        special_ids=hf.special_ids(tok, mask_id, eos_id, eot_id, pad_id, bos_id),
+        eot_id=eot_id,
+    )

@@ -1,0 +1,521 @@
+"""Training the built-in dLLM: corpus, tokenizer, masking, the training loop, export.
+
+Corpus: the running interpreter's stdlib (`sysconfig` "stdlib"), every *.py file that parses,
+minus test folders (`test`, `tests`, `idle_test`), `idlelib`, `site-packages`, `__pycache__`
+and `pydoc_data` (one 0.8 MB generated string of documentation, not code). Held-out split:
+sha1(relative path) % 20 == 0, about 5 % of files (the same rule as the feasibility trial).
+
+Objective: the MDLM/LLaDA masked-diffusion ELBO (Sahoo et al. 2024; Nie et al. 2025, eq. 3),
+with the noise applied only inside chosen *holes*. Each sequence draws a mode:
+  iid    - the whole window is the hole (plain MDLM);
+  spans  - 1..max_holes holes, each a run of 1-5 whole lines or a random token span;
+           some holes are over-allocated: the target is the span followed by [PAD]s,
+           which teaches `--length auto` (fill, then strip the pads);
+  suffix - everything after a random line start is the hole (prompt continuation).
+Inside the hole every token is masked with probability t ~ U(t_min, 1). The loss is the mean
+cross-entropy over the masked tokens of each sequence, averaged over sequences. This is the
+1/t-weighted ELBO sum_masked CE / (t n) with the realised count of masked tokens in place of
+its expectation t n: the same weighting of noise levels, lower variance (our choice).
+
+Schedule: linear warm-up, then warmup-stable-decay indexed by *training wall time*, so a run
+ends on time however contended the machine is. A copy of the checkpoint taken when the decay
+starts (stable.pt) lets a later session resume with a longer budget.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import UsageError
+from .models.builtin import SPECIAL_TOKENS, BuiltinConfig, BuiltinTokenizer, DlmcodeDiffusionLM, save
+
+EXCLUDED_DIRS = frozenset({"test", "tests", "idle_test", "idlelib", "site-packages", "__pycache__", "pydoc_data"})
+HELDOUT_MOD = 20  # sha1(relpath) % 20 == 0 -> held-out (~5 %)
+PAD, MASK, BOS, EOS = range(4)  # ids of SPECIAL_TOKENS
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: str = "runs/builtin"  # run folder: tokenizer, checkpoints, log.jsonl, best/
+    seed: int = 0  # seeds init, data order and masking
+    minutes: float = 120.0  # training wall-time budget (the schedule is indexed by it)
+    max_steps: int = 0  # stop after this many steps as well (0: no step limit)
+    stdlib: str = ""  # corpus root ("" = this interpreter's stdlib)
+    max_files: int = 0  # use only the first N train files (0 = all; for tests)
+    vocab_size: int = 4096  # BPE vocabulary incl. 4 special tokens
+    dim: int = 256  # model width
+    n_layers: int = 6  # transformer blocks
+    n_heads: int = 4  # attention heads
+    ffn_mult: int = 4  # MLP expansion
+    seq: int = 256  # training window in tokens (= the model's context)
+    batch: int = 16  # windows per step
+    lr: float = 2e-3  # peak AdamW learning rate
+    min_lr_frac: float = 0.05  # final lr as a fraction of peak
+    warmup_steps: int = 200  # linear warm-up steps
+    decay_frac: float = 0.25  # last fraction of the wall-time budget spent decaying lr linearly
+    weight_decay: float = 0.1  # on matrices only (not embeddings or norms)
+    grad_clip: float = 1.0  # max global grad norm
+    t_min: float = 1e-3  # smallest mask ratio
+    p_iid: float = 0.2  # share of sequences masked i.i.d. over the whole window
+    p_suffix: float = 0.15  # share masked after a random line start (continuation)
+    max_holes: int = 6  # most holes per sequence in "spans" mode
+    p_line_hole: float = 0.7  # a hole is whole lines (else a random token span)
+    max_span_tokens: int = 48  # longest random token span
+    p_overalloc: float = 0.3  # a hole gets extra [PAD] targets after its content
+    max_extra_pads: int = 32  # most [PAD]s added to one hole
+    bf16: bool = True  # bf16 autocast (CPU with avx512_bf16, or CUDA)
+    threads: int = 2  # torch CPU threads
+    ckpt_minutes: float = 5.0  # checkpoint (and held-out eval) every N minutes of training
+    log_every: int = 20  # steps between progress records
+    eval_windows: int = 64  # held-out windows in each evaluation
+    resume: bool = True  # continue from out/ckpt.pt when it exists
+
+
+# ---------------------------------------------------------------- corpus
+
+
+def stdlib_root(cfg: TrainConfig) -> Path:
+    return Path(cfg.stdlib or sysconfig.get_paths()["stdlib"])
+
+
+def is_heldout(relpath: str) -> bool:
+    return int(hashlib.sha1(relpath.encode()).hexdigest(), 16) % HELDOUT_MOD == 0
+
+
+def parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def corpus_files(root: Path) -> dict[str, str]:
+    """relative path -> text, for every stdlib *.py file outside excluded dirs that parses."""
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if EXCLUDED_DIRS & set(rel.split("/")[:-1]):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if parses(text):
+            files[rel] = text
+    return files
+
+
+def split(files: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    train = {k: v for k, v in files.items() if not is_heldout(k)}
+    heldout = {k: v for k, v in files.items() if is_heldout(k)}
+    return train, heldout
+
+
+def file_list_hash(files: dict[str, str]) -> str:
+    """sha256 over the sorted relative paths and their contents' sha1."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}\t{hashlib.sha1(files[rel].encode()).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def new_tokenizer():
+    """Byte-level BPE whose pre-tokenizer ends a piece at every newline: no token crosses a
+    line boundary, so encode(a + b) == encode(a) + encode(b) whenever a ends with a newline."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="merged_with_previous"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> BuiltinTokenizer:
+    from tokenizers import pre_tokenizers, trainers
+
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return BuiltinTokenizer(tok)
+
+
+ENDS_LINE, IS_NEWLINE = 1, 2  # codes in the line-end table
+
+
+def line_end_table(tokenizer: BuiltinTokenizer, vocab_size: int) -> np.ndarray:
+    """(V,) uint8: 0, ENDS_LINE (token ends with a newline; newlines only ever end a token)
+    or IS_NEWLINE (the token is exactly "\n")."""
+    table = np.zeros(vocab_size, dtype=np.uint8)
+    for piece, i in tokenizer.tok.get_vocab().items():
+        if piece.endswith("Ċ"):  # ByteLevel's printable form of "\n"
+            table[i] = IS_NEWLINE if piece == "Ċ" else ENDS_LINE
+    return table
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass
+class Stream:
+    """All files as one token stream [BOS] file [EOS] [BOS] file ..., with line starts."""
+
+    ids: np.ndarray  # (N,) int64
+    line_starts: np.ndarray  # positions where a line begins (incl. right after [BOS])
+
+
+def encode_stream(tokenizer: BuiltinTokenizer, texts: list[str], line_end: np.ndarray) -> Stream:
+    encs = tokenizer.tok.encode_batch(texts, add_special_tokens=False)
+    ids = np.concatenate([np.array([BOS] + e.ids + [EOS], dtype=np.int64) for e in encs])
+    starts = np.flatnonzero((line_end[ids] > 0) | (ids == BOS)) + 1
+    return Stream(ids, starts[starts < len(ids)])
+
+
+def window(stream: Stream, seq: int, rng: np.random.Generator) -> np.ndarray:
+    """[BOS] then `seq - 1` tokens from a random line start: spans.py starts every canvas,
+    windowed or not, with [BOS] and cuts windows at line starts."""
+    starts = stream.line_starts[(stream.line_starts >= 1) & (stream.line_starts <= len(stream.ids) - seq)]
+    s = int(starts[rng.integers(len(starts))]) - 1
+    x = stream.ids[s : s + seq].copy()
+    x[0] = BOS  # at a file start x[0] already is [BOS]
+    return x
+
+
+def line_bounds(x: np.ndarray, line_end: np.ndarray) -> np.ndarray:
+    """Start offsets of the lines in window x (always includes 0 and len(x))."""
+    ends = np.flatnonzero(line_end[x] > 0) + 1
+    return np.unique(np.concatenate([[0], ends, [len(x)]]))
+
+
+def pick_holes(x: np.ndarray, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """(start, end, extra_pads) holes for "spans" mode, non-overlapping."""
+    bounds = line_bounds(x, line_end)
+    holes, taken = [], np.zeros(len(x), dtype=bool)
+    for _ in range(int(rng.integers(1, cfg.max_holes + 1))):
+        if rng.random() < cfg.p_line_hole and len(bounds) > 2:
+            i = int(rng.integers(len(bounds) - 1))
+            n = int(rng.choice([1, 1, 1, 1, 2, 2, 3, 3, 4, 5]))
+            a, b = int(bounds[i]), int(bounds[min(i + n, len(bounds) - 1)])
+            b -= int(line_end[x[b - 1]] == IS_NEWLINE)  # spans.py keeps the last line break as context
+        else:
+            n = int(rng.integers(1, cfg.max_span_tokens + 1))
+            a = int(rng.integers(0, max(1, len(x) - n)))
+            b = a + n
+        if b <= a or taken[max(0, a - 1) : b + 1].any():
+            continue
+        taken[a:b] = True
+        extra = int(rng.integers(1, cfg.max_extra_pads + 1)) if rng.random() < cfg.p_overalloc else 0
+        holes.append((a, b, extra))
+    return sorted(holes)
+
+
+def noise(x: np.ndarray, seq: int, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
+    """One training example: (input ids, target ids, masked) of length `seq` each."""
+    mode = rng.random()
+    if mode < cfg.p_iid:
+        target, hole = x, np.ones(len(x), dtype=bool)
+    elif mode < cfg.p_iid + cfg.p_suffix:
+        bounds = line_bounds(x, line_end)
+        cut = int(bounds[rng.integers(len(bounds) - 1)])
+        target, hole = x, np.arange(len(x)) >= cut
+    else:
+        target, hole = with_pads(x, pick_holes(x, line_end, cfg, rng))
+    if not hole[1:seq].any():  # no hole inside the window: fall back to plain MDLM
+        target, hole = x, np.ones(len(x), dtype=bool)
+    target, hole = target[:seq], hole[:seq].copy()
+    hole[0] = False  # position 0 is always [BOS], as on every inference canvas
+    t = rng.uniform(cfg.t_min, 1.0)
+    masked = hole & (rng.random(seq) < t)
+    if not masked.any():
+        masked[rng.choice(np.flatnonzero(hole))] = True
+    return np.where(masked, MASK, target), target, masked
+
+
+def with_pads(x: np.ndarray, holes: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Insert each hole's extra [PAD] targets after its content; mark hole positions."""
+    parts, flags, prev = [], [], 0
+    for a, b, extra in holes:
+        parts += [x[prev:a], x[a:b], np.full(extra, PAD, dtype=x.dtype)]
+        flags += [np.zeros(a - prev, bool), np.ones(b - a + extra, bool)]
+        prev = b
+    parts.append(x[prev:])
+    flags.append(np.zeros(len(x) - prev, bool))
+    return np.concatenate(parts), np.concatenate(flags)
+
+
+def batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
+    examples = [noise(window(stream, cfg.seq, rng), cfg.seq, line_end, cfg, rng) for _ in range(cfg.batch)]
+    inp, tgt, msk = (torch.from_numpy(np.stack(col)) for col in zip(*examples))
+    return inp, tgt, msk  # (B, L) long, (B, L) long, (B, L) bool
+
+
+# ---------------------------------------------------------------- loss, schedule
+
+
+def loss_fn(model: DlmcodeDiffusionLM, inp, tgt, msk, bucket: int = 256):
+    """Mean CE over each sequence's masked tokens, averaged over sequences. The head runs only
+    on masked rows, padded to a multiple of `bucket` so matmul shapes come from a small set
+    (the trial saw RSS grow 1.5 -> 5.2 GB with free shapes)."""
+    h = model.hidden(inp)  # (B, L, D)
+    rows = msk.flatten().nonzero().squeeze(1)  # (M,)
+    w = (1.0 / msk.sum(1, keepdim=True).clamp(min=1) / msk.shape[0]).expand_as(msk).flatten()[rows]
+    pad = (-len(rows)) % bucket
+    rows = torch.cat([rows, rows.new_zeros(pad)])
+    w = torch.cat([w, w.new_zeros(pad)])
+    logits = model.logits(h.flatten(0, 1)[rows])  # (M', V)
+    ce = F.cross_entropy(logits.float(), tgt.flatten()[rows], reduction="none")  # (M',)
+    return (ce * w).sum()
+
+
+def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
+    """Warm-up by steps, then warmup-stable-decay by training wall time."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = elapsed / (cfg.minutes * 60)
+    start = 1.0 - cfg.decay_frac
+    if frac <= start:
+        return cfg.lr
+    k = min(1.0, (frac - start) / max(cfg.decay_frac, 1e-9))
+    return cfg.lr * (1.0 - k * (1.0 - cfg.min_lr_frac))
+
+
+def make_optimizer(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith("embed")]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith("embed"))]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def model_config(cfg: TrainConfig) -> BuiltinConfig:
+    return BuiltinConfig(
+        vocab_size=cfg.vocab_size, dim=cfg.dim, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+        ffn_mult=cfg.ffn_mult, context=cfg.seq,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(path: Path, model, opt, state: dict, rng: np.random.Generator) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "state": state,
+            "np_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+        },
+        tmp,
+    )  # fmt: skip
+    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
+
+
+def load_checkpoint(path: Path, model, opt, rng: np.random.Generator) -> dict:
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["optimizer"])
+    rng.bit_generator.state = ck["np_rng"]
+    torch.set_rng_state(ck["torch_rng"])
+    return ck["state"]
+
+
+@torch.no_grad()
+def evaluate(model, stream: Stream, line_end, cfg: TrainConfig, autocast) -> float:
+    """Held-out loss of the training mixture on fixed windows and masks (seed 1234)."""
+    model.eval()
+    rng = np.random.default_rng(1234)
+    total, n = 0.0, 0
+    for _ in range(max(1, cfg.eval_windows // cfg.batch)):
+        inp, tgt, msk = batch(stream, line_end, cfg, rng)
+        with autocast():
+            total += float(loss_fn(model, inp, tgt, msk))
+        n += 1
+    model.train()
+    return total / n
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def prepare(cfg: TrainConfig, out: Path):
+    """Corpus, tokenizer (trained once per run folder, then reused) and token streams."""
+    files = corpus_files(stdlib_root(cfg))
+    train_files, heldout_files = split(files)
+    names = sorted(train_files)[: cfg.max_files or None]
+    train_texts = [train_files[k] for k in names]
+    tok_path = out / "tokenizer.json"
+    if tok_path.exists():
+        tokenizer = BuiltinTokenizer.from_file(tok_path)
+    else:
+        tokenizer = train_tokenizer(train_texts, cfg.vocab_size)
+        tokenizer.save(tok_path)
+    line_end = line_end_table(tokenizer, cfg.vocab_size)
+    train = encode_stream(tokenizer, train_texts, line_end)
+    held_names = sorted(heldout_files)[: max(2, cfg.max_files // 10) if cfg.max_files else None]
+    held_texts = [heldout_files[k] for k in held_names] or train_texts[:1]  # tiny test corpora may have none
+    heldout = encode_stream(tokenizer, held_texts, line_end)
+    meta = {
+        "files_train": len(names), "files_heldout": len(held_names),
+        "tokens_train": int(len(train.ids)), "tokens_heldout": int(len(heldout.ids)),
+        "file_list_sha256": file_list_hash(files), "python": sys.version.split()[0],
+    }  # fmt: skip
+    return tokenizer, line_end, train, heldout, meta
+
+
+def autocast_for(cfg: TrainConfig, device: torch.device):
+    if not cfg.bf16:
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def train(cfg: TrainConfig) -> Iterator[dict]:
+    """Train (or resume) and yield progress records: step, loss, tok_s, elapsed, lr, ..."""
+    torch.set_num_threads(cfg.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    tokenizer, line_end, stream, heldout, meta = prepare(cfg, out)
+    (out / "config.json").write_text(json.dumps({"train": asdict(cfg), "data": meta}, indent=2) + "\n")
+    yield {"event": "data", **meta}
+    model = DlmcodeDiffusionLM(model_config(cfg)).to(device)
+    opt = make_optimizer(model, cfg)
+    state = {"step": 0, "elapsed": 0.0, "tokens": 0, "best_eval": math.inf, "stable_saved": False}
+    ckpt = out / "ckpt.pt"
+    if cfg.resume and ckpt.exists():
+        state = load_checkpoint(ckpt, model, opt, rng)
+        yield {"event": "resumed", **state}
+    yield from loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out, device)
+
+
+def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out: Path, device) -> Iterator[dict]:
+    model.train()
+    autocast = lambda: autocast_for(cfg, device)  # noqa: E731
+    budget = cfg.minutes * 60
+    last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
+    while state["elapsed"] < budget and not (cfg.max_steps and state["step"] >= cfg.max_steps):
+        t0 = time.perf_counter()
+        lr = lr_at(cfg, state["step"], state["elapsed"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        inp, tgt, msk = (x.to(device) for x in batch(stream, line_end, cfg, rng))
+        with autocast():
+            loss = loss_fn(model, inp, tgt, msk)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        state["step"] += 1
+        state["elapsed"] += time.perf_counter() - t0
+        state["tokens"] += inp.numel()
+        window_tok, window_loss, window_n = window_tok + inp.numel(), window_loss + loss.item(), window_n + 1
+        if state["step"] % cfg.log_every == 0:
+            now = time.perf_counter()
+            yield {"step": state["step"], "loss": window_loss / window_n, "tok_s": window_tok / (now - window_t),
+                   "elapsed": state["elapsed"], "lr": lr, "tokens": state["tokens"], "budget": budget}  # fmt: skip
+            window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
+        decaying = state["elapsed"] / budget > 1.0 - cfg.decay_frac
+        due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
+        if due or (decaying and not state["stable_saved"]):
+            yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying)
+            last_ckpt, window_t = state["elapsed"], time.perf_counter()
+    yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
+    yield {"event": "done", **state}
+
+
+def checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying) -> dict:
+    held = evaluate(model, heldout, line_end, cfg, autocast)
+    record = {"event": "checkpoint", "step": state["step"], "heldout_loss": held, "elapsed": state["elapsed"]}
+    if held < state["best_eval"]:
+        state["best_eval"] = held
+        save(model, tokenizer, out / "best", dtype=torch.float32)
+        record["best"] = True
+    save(model, tokenizer, out / "last", dtype=torch.float32)
+    save_checkpoint(out / "ckpt.pt", model, opt, state, rng)
+    if decaying and not state["stable_saved"]:
+        state["stable_saved"] = True
+        shutil.copyfile(out / "ckpt.pt", out / "stable.pt")  # resume point for a longer budget
+        save_checkpoint(out / "ckpt.pt", model, opt, state, rng)
+    with open(out / "log.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+    return record
+
+
+def logged(cfg: TrainConfig) -> Iterator[dict]:
+    """`train`, appending every record to out/progress.jsonl as it goes."""
+    for record in train(cfg):
+        with open(Path(cfg.out) / "progress.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        yield record
+
+
+def run(cfg: TrainConfig) -> dict:
+    """Drain `logged`, printing one line per record; return the last record."""
+    record = {}
+    for record in logged(cfg):
+        print(json.dumps(record), flush=True)
+    return record
+
+
+# ---------------------------------------------------------------- export
+
+
+def export(src: str | Path, dest: str | Path, card: str = "", dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Copy a saved model folder (run/best or run/last) to `dest` in `dtype`, with a model card."""
+    from .models.builtin import load_model
+
+    src, dest = Path(src), Path(dest)
+    model = load_model(src, torch.device("cpu"), torch.float32)
+    save(model, BuiltinTokenizer.from_file(src / "tokenizer.json"), dest, dtype=dtype)
+    if card:
+        (dest / "MODEL_CARD.md").write_text(card)
+    return dest
+
+
+def parse_overrides(args: list[str]) -> TrainConfig:
+    """key=value pairs -> TrainConfig, rejecting unknown keys."""
+    types = {f.name: f.type for f in fields(TrainConfig)}
+    values = {}
+    for arg in args:
+        key, _, raw = arg.partition("=")
+        if key not in types:
+            raise UsageError(f"unknown training setting {key!r}; known: {', '.join(types)}")
+        kind = {"int": int, "float": float, "str": str, "bool": lambda s: s.lower() in ("1", "true", "yes")}[types[key]]
+        try:
+            values[key] = kind(raw)
+        except ValueError:
+            raise UsageError(f"bad value {raw!r} for training setting {key} (expects {types[key]})") from None
+    return replace(TrainConfig(), **values)
+
+
+if __name__ == "__main__":
+    run(parse_overrides(sys.argv[1:]))
