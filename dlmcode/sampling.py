@@ -62,7 +62,7 @@ def margin(logits: Tensor) -> Tensor:
 def entropy(logits: Tensor) -> Tensor:
     """Shannon entropy in nats of each row's distribution."""
     logp = log_probs(logits)  # (H, V)
-    return -(logp.exp() * logp).sum(-1)  # (H,)
+    return -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)  # (H,); an impossible token adds 0, not 0 * -inf
 
 
 def even_split(n: int, steps: int) -> list[int]:

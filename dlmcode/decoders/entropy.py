@@ -25,10 +25,12 @@ class Entropy(Scheduled):
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
         steps = self.steps_for(block.holes, block.number, block.count)
         k = sampling.dream_count(len(ids), block.step, steps, self.eps)
-        scores = self.score(logits)  # (H,)
+        scores = self.score(logits / self.temperature if self.temperature > 0 else logits)  # (H,)
         rows = sampling.top(scores, k)
         return Choice(rows, scores[rows])
 
     def score(self, logits: Tensor) -> Tensor:
-        """Negative entropy (Dream's sum p log p): higher is more certain."""
+        """Negative entropy (Dream's sum p log p): higher is more certain.
+
+        `choose` passes tempered logits, as Dream's sample_tokens scores the tempered distribution."""
         return -sampling.entropy(logits)

@@ -1,0 +1,93 @@
+"""Shared test fixtures: a tiny deterministic stand-in for a dLLM and a canvas builder.
+
+Keep this small and generic; put fixtures one test file needs in that file.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dlmcode.canvas import Canvas
+
+# Tests use tiny tensors: one intra-op thread avoids spin-waiting on busy shared CPUs, where two
+# threads made a tiny decode ~100x slower.
+torch.set_num_threads(1)
+
+
+class TinyModel:
+    """A deterministic `predict`: (L,) ids -> (L, V) float32 logits that depend on the whole context.
+
+    Each position's logits come from its own token plus a fixed random mix of every other
+    position, so committing one hole changes the logits of the others (commit order matters).
+    The mask id defaults to `vocab`, outside the logits; pass one inside to test that decoders
+    never propose it. `calls` counts forward passes.
+    """
+
+    def __init__(
+        self, vocab: int = 40, seed: int = 0, scale: float = 3.0, dim: int = 16, max_len: int = 96, mask_id: int | None = None
+    ):
+        g = torch.Generator().manual_seed(seed)
+        self.vocab = vocab
+        self.mask_id = vocab if mask_id is None else mask_id
+        self.embed = torch.randn(vocab + 1, dim, generator=g)  # (V + 1, D): row V embeds a mask id outside the vocabulary
+        self.pos = torch.randn(max_len, dim, generator=g)  # (Lmax, D)
+        self.mix = torch.randn(max_len, max_len, generator=g) / max_len**0.5  # (Lmax, Lmax)
+        self.out = torch.randn(dim, vocab, generator=g) * scale / dim**0.5  # (D, V)
+        self.calls = 0
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        assert tokens.dim() == 1 and tokens.dtype == torch.long, (tokens.shape, tokens.dtype)
+        self.calls += 1
+        n = len(tokens)
+        h = self.embed[tokens] + self.pos[:n]  # (L, D)
+        h = h + torch.tanh(self.mix[:n, :n] @ h)  # (L, D)
+        return h @ self.out  # (L, V)
+
+
+def make_canvas(runs: list[int], mask_id: int, vocab: int, late_ids: tuple[int, ...] = ()) -> Canvas:
+    """Alternating runs of context and holes, starting with context: [3, 4, 2] = 3 context, 4 holes, 2 context.
+
+    Context tokens are fixed ids in range(vocab), never the mask id.
+    """
+    ids = [t for t in range(vocab) if t != mask_id]
+    tokens: list[int] = []
+    for i, n in enumerate(runs):
+        tokens += [mask_id] * n if i % 2 else [ids[(7 * (len(tokens) + j) + 3) % len(ids)] for j in range(n)]
+    return Canvas(torch.tensor(tokens, dtype=torch.long), mask_id, late_ids)
+
+
+@pytest.fixture
+def tiny_model() -> TinyModel:
+    return TinyModel()
+
+
+@pytest.fixture
+def make_tiny_model() -> type[TinyModel]:
+    """The TinyModel class, for tests that want other seeds or sizes."""
+    return TinyModel
+
+
+@pytest.fixture(name="make_canvas")
+def make_canvas_fixture():
+    return make_canvas
+
+
+@pytest.fixture(autouse=True)
+def decoders_get_a_tiny_assistant(monkeypatch):
+    """Decoders that take an assistant (codila) default to a tiny random one for TinyModel's
+    vocabulary, so the contract tests, which build decoders by name, cover them too."""
+    import dataclasses
+
+    from dlmcode.assistant import AssistantConfig, TinyAssistant
+    from dlmcode.decoders import DECODERS
+
+    for name, cls in DECODERS.items():
+        if "assistant" in {f.name for f in dataclasses.fields(cls)}:
+            with torch.random.fork_rng():
+                torch.manual_seed(0)
+                tiny = TinyAssistant(AssistantConfig(vocab_size=40, dim=16, n_layers=1, n_heads=2)).eval()
+            field = dataclasses.field(default=tiny, repr=False, compare=False)
+            patched = dataclasses.make_dataclass(cls.__name__, [("assistant", object, field)], bases=(cls,), frozen=True)
+            patched.__doc__ = cls.__doc__
+            monkeypatch.setitem(DECODERS, name, patched)

@@ -1,0 +1,197 @@
+"""Exact tests of dlmcode.sampling: proposals, commit scores and step schedules, on hand-made numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dlmcode import sampling
+
+INF = float("inf")
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def probs_to_logits(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float64).log()  # (H, V)
+
+
+# --- gumbel_argmax ---------------------------------------------------------------------------
+
+
+def test_gumbel_argmax_at_temperature_zero_is_argmax():
+    logits = torch.randn(50, 40, generator=gen(1))
+    assert torch.equal(sampling.gumbel_argmax(logits, 0.0, gen(0)), logits.argmax(-1))
+
+
+def test_gumbel_argmax_same_seed_same_draw_and_other_seed_differs():
+    logits = torch.randn(200, 40, generator=gen(1))
+    a = sampling.gumbel_argmax(logits, 1.0, gen(5))
+    b = sampling.gumbel_argmax(logits, 1.0, gen(5))
+    c = sampling.gumbel_argmax(logits, 1.0, gen(6))
+    assert a.dtype == torch.long and a.shape == (200,)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_gumbel_argmax_leaves_the_global_rng_alone():
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    sampling.gumbel_argmax(torch.randn(10, 5, generator=gen(1)), 1.0, gen(0))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_gumbel_argmax_samples_softmax_of_logits_over_temperature(temperature):
+    draws = 4000
+    logits = torch.tensor([0.0, 1.0, 2.0]).expand(draws, 3)  # (N, 3)
+    ids = sampling.gumbel_argmax(logits, temperature, gen(0))
+    freq = torch.bincount(ids, minlength=3).double() / draws
+    want = torch.softmax(torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64) / temperature, -1)
+    assert torch.allclose(freq, want, atol=0.03), (freq, want)  # ~4 standard errors
+
+
+def test_gumbel_argmax_never_picks_an_impossible_token():
+    logits = torch.tensor([[0.0, -INF, 0.0, -INF]]).expand(500, 4)
+    ids = sampling.gumbel_argmax(logits, 1.0, gen(0))
+    assert set(ids.tolist()) == {0, 2}
+
+
+def test_noise_is_uniform_float64_and_reproducible():
+    a = sampling.noise((1000,), gen(3), torch.device("cpu"))
+    assert a.dtype == torch.float64 and bool(((a >= 0) & (a < 1)).all())
+    assert torch.equal(a, sampling.noise((1000,), gen(3), torch.device("cpu")))
+    assert abs(float(a.mean()) - 0.5) < 0.05
+
+
+# --- scores ----------------------------------------------------------------------------------
+
+
+def test_log_probs_is_float64_log_softmax():
+    logits = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.bfloat16)
+    out = sampling.log_probs(logits)
+    assert out.dtype == torch.float64
+    assert torch.allclose(out.exp().sum(-1), torch.ones(1, dtype=torch.float64))
+
+
+def test_confidence_is_the_probability_of_the_proposed_token():
+    logits = probs_to_logits([0.5, 0.3, 0.2], [0.1, 0.6, 0.3])
+    conf = sampling.confidence(logits, torch.tensor([2, 1]))
+    assert torch.allclose(conf, torch.tensor([0.2, 0.6], dtype=torch.float64), atol=1e-12)
+
+
+def test_confidence_zeroes_late_ids_only():
+    logits = probs_to_logits([0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.7, 0.2, 0.1])
+    conf = sampling.confidence(logits, torch.tensor([0, 1, 2]), late_ids=(0, 2))
+    assert torch.allclose(conf, torch.tensor([0.0, 0.6, 0.0], dtype=torch.float64), atol=1e-12)
+    assert conf[0] == 0 and conf[2] == 0
+
+
+def test_margin_is_top1_minus_top2_probability():
+    logits = probs_to_logits([0.5, 0.3, 0.2], [0.25, 0.25, 0.5], [0.2, 0.2, 0.6])
+    assert torch.allclose(sampling.margin(logits), torch.tensor([0.2, 0.25, 0.4], dtype=torch.float64), atol=1e-12)
+    assert sampling.margin(torch.zeros(1, 7)).item() == pytest.approx(0.0, abs=1e-15)
+
+
+def test_entropy_in_nats_on_hand_made_distributions():
+    p = [0.5, 0.3, 0.2]
+    want = -sum(x * math.log(x) for x in p)
+    out = sampling.entropy(torch.cat([probs_to_logits(p), torch.tensor([[0.0] * 3])]))
+    assert out.tolist() == pytest.approx([want, math.log(3)], abs=1e-12)
+    assert sampling.entropy(torch.zeros(1, 40)).item() == pytest.approx(math.log(40), abs=1e-12)
+    assert sampling.entropy(torch.tensor([[50.0, 0.0, 0.0]])).item() == pytest.approx(0.0, abs=1e-18)
+
+
+def test_margin_and_confidence_with_an_impossible_token():
+    logits = torch.tensor([[0.0, 0.0, -INF]])  # a banned token (LLaDA logits_eos_inf sets its logit to -inf)
+    assert sampling.margin(logits).item() == pytest.approx(0.0, abs=1e-15)
+    assert sampling.confidence(logits, torch.tensor([0])).item() == pytest.approx(0.5, abs=1e-15)
+
+
+def test_entropy_with_an_impossible_token_is_finite():
+    # BUG: 0 * log 0 is computed as 0 * -inf = nan. fill.EndOfText(logits_eos_inf=True) sets the
+    # end-of-text logit to -inf, which turns every entropy into nan for the entropy and eb decoders.
+    logits = torch.tensor([[0.0, 0.0, -INF], [0.0, -INF, -INF]])
+    assert sampling.entropy(logits).tolist() == pytest.approx([math.log(2), 0.0], abs=1e-12)
+
+
+# --- schedules -------------------------------------------------------------------------------
+
+
+def llada_num_transfer_tokens(mask_num: int, steps: int) -> list[int]:
+    """LLaDA generate.py get_num_transfer_tokens, restated for batch 1."""
+    base, remainder = mask_num // steps, mask_num % steps
+    counts = [base] * steps
+    for i in range(remainder):
+        counts[i] += 1
+    return counts
+
+
+def test_even_split_hand_cases():
+    assert sampling.even_split(10, 4) == [3, 3, 2, 2]
+    assert sampling.even_split(8, 4) == [2, 2, 2, 2]
+    assert sampling.even_split(3, 5) == [1, 1, 1, 0, 0]
+    assert sampling.even_split(7, 1) == [7]
+
+
+def test_even_split_matches_llada_get_num_transfer_tokens():
+    for n in range(0, 40):
+        for steps in range(1, 20):
+            assert sampling.even_split(n, steps) == llada_num_transfer_tokens(n, steps), (n, steps)
+
+
+def dream_counts(n: int, steps: int, eps: float = 1e-3) -> list[int]:
+    """Dream's _sample: per step int(num_mask_token * (1 - s/t)), everything left at the last step.
+
+    timesteps = torch.linspace(1, eps, steps + 1) (float32, as in Dream), num_mask_token =
+    mask_index.sum() / batch: a float32 tensor.
+    """
+    timesteps = torch.linspace(1, eps, steps + 1)
+    counts, left = [], n
+    for i in range(steps):
+        t, s = timesteps[i], timesteps[i + 1]
+        num_mask_token = torch.tensor(left) / 1
+        k = int(num_mask_token * (1 - s / t)) if i < steps - 1 else int(num_mask_token)
+        counts.append(k)
+        left -= k
+    return counts
+
+
+def test_dream_count_hand_case():
+    # timesteps (1, .75025, .5005, .25075, .001): int(10*.24975)=2, int(8*.33289)=2, int(6*.49900)=2, then 4
+    got, left = [], 10
+    for i in range(4):
+        got.append(sampling.dream_count(left, i, 4))
+        left -= got[-1]
+    assert got == [2, 2, 2, 4]
+    assert sampling.dream_count(4, 0, 2) == 1  # int(4 * (1 - .5005))
+    assert sampling.dream_count(2, 0, 2) == 0  # Dream may spend a call committing nothing
+    assert sampling.dream_count(9, 0, 1) == 9
+
+
+def test_dream_count_matches_dreams_formula():
+    for eps in (1e-3, 0.1):
+        for n in range(1, 41):
+            for steps in range(1, 13):
+                got, left = [], n
+                for i in range(steps):
+                    got.append(sampling.dream_count(left, i, steps, eps))
+                    left -= got[-1]
+                assert got == dream_counts(n, steps, eps), (n, steps, eps)
+                assert left == 0
+
+
+def test_dream_count_commits_everything_left_at_the_last_step():
+    assert sampling.dream_count(17, 4, 5) == 17
+    assert sampling.dream_count(17, 9, 5) == 17  # past the end too
+
+
+def test_top_picks_the_k_highest_and_clips_k():
+    scores = torch.tensor([0.1, 0.9, 0.5, 0.7])
+    assert torch.equal(sampling.top(scores, 2), torch.tensor([1, 3]))
+    assert sorted(sampling.top(scores, 10).tolist()) == [0, 1, 2, 3]
+    assert sampling.top(scores, 0).numel() == 0
