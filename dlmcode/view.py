@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from . import decoders
 from .canvas import Step, last
 from .fill import Job, Result
 
-HOLE = "·"  # how a hole is drawn
+HOLE = "░"  # how a hole is drawn
 CONTEXT_CHARS = 300  # context shown around the holes
 
 
@@ -69,7 +70,7 @@ class CanvasView:
         calls = step.calls if step else 0
         filled = self.total - (step.canvas.n_holes if step else self.total)
         tpf = filled / calls if calls else 0.0
-        name = type(self.job.decoder).__name__
+        name = decoders.name_of(self.job.decoder)
         return Text(f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "
                     f"filled {filled}/{self.total} · TPF {tpf:.2f}", style="bold")
 
