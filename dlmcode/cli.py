@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -38,10 +39,12 @@ TrustRemoteCode = Annotated[bool, typer.Option(help="allow a model's own Python 
 Lang = Annotated[str | None, typer.Option(help="language for syntax checks [default: from the file extension; python for stdin]")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout instead of the code")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no live view or summary on stderr")]
+Cache = Annotated[str, typer.Option(help="KV cache for block decoding: none, prefix or dual (Fast-dLLM; approximate)")]
+CacheRefresh = Annotated[int, typer.Option(help="with --cache, also run every position every N calls; 0 = only when the block moves")]
 
 
 @contextlib.contextmanager
-def reported() -> Iterator[None]:
+def reported(interrupted: str = "no file was changed") -> Iterator[None]:
     """Turn user errors into one stderr line and an exit code; Ctrl-C into exit 130."""
     try:
         yield
@@ -49,7 +52,7 @@ def reported() -> Iterator[None]:
         typer.echo(f"dlmcode: error: {err}", err=True)
         raise typer.Exit(err.exit_code) from None
     except KeyboardInterrupt:
-        typer.echo("dlmcode: interrupted; no file was changed", err=True)
+        typer.echo(f"dlmcode: interrupted; {interrupted}", err=True)
         raise typer.Exit(130) from None
 
 
@@ -109,6 +112,8 @@ def infill(
     family: Family = None,
     trust_remote_code: TrustRemoteCode = False,
     lang: Lang = None,
+    cache: Cache = "none",
+    cache_refresh: CacheRefresh = 0,
     in_place: Annotated[bool, typer.Option("--in-place", "-i", help="replace FILE atomically instead of printing")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="print a unified diff instead of the whole file")] = False,
     json_out: Json = False,
@@ -116,6 +121,7 @@ def infill(
 ) -> None:
     """Rewrite lines A..B of a file (or its ⟦fill⟧ markers) and print the whole file."""
     from . import decoders, fill, spans
+    from .models.cache import CacheSettings
 
     with reported():
         if in_place and file == files.STDIN:
@@ -124,9 +130,10 @@ def infill(
         where = spans.parse_span(span, source) if span is not None else None
         options = decoders.parse_options(option or [])
         n, lang_name = parse_length(length), language(file, lang, required=False)
+        CacheSettings(cache, refresh=cache_refresh)  # a bad --cache fails before the model loads
         dlm = load_model(model, device, dtype, family, trust_remote_code, quiet)
-        job = fill.prepare_infill(source, where, dlm=dlm, decoder=decoder, options=options, length=n,
-                                  seed=seed, temperature=temperature, lang=lang_name)
+        job = fill.prepare_infill(source, where, dlm=dlm, decoder=decoder, options=options, length=n, seed=seed,
+                                  temperature=temperature, lang=lang_name, cache=cache, cache_refresh=cache_refresh)
         result = run_job(job, quiet, json_out)
         if in_place:
             files.write_atomic(file, result.text)
@@ -153,11 +160,14 @@ def generate(
     logits_eos_inf: Annotated[bool, typer.Option(help="LLaDA: never propose end-of-text")] = False,
     confidence_eos_eot_inf: Annotated[bool, typer.Option(help="LLaDA: commit end-of-text/turn proposals last")] = False,
     eos_penalty: Annotated[float, typer.Option(help="Dream-Coder: subtract this from the end-of-text logit")] = 0.0,
+    cache: Cache = "none",
+    cache_refresh: CacheRefresh = 0,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Continue a prompt (or answer a request, with a chat model) and print the code."""
     from . import decoders, fill
+    from .models.cache import CacheSettings
 
     with reported():
         prompt = files.read_source(prompt_file)
@@ -166,9 +176,11 @@ def generate(
             raise UsageError(f"--length {length}: give a positive number of tokens")
         eos = fill.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
         lang_name = language(prompt_file, lang, required=False)
+        CacheSettings(cache, refresh=cache_refresh)  # a bad --cache fails before the model loads
         dlm = load_model(model, device, dtype, family, trust_remote_code, quiet)
         job = fill.prepare_generate(prompt, dlm=dlm, decoder=decoder, options=options, length=length, seed=seed,
-                                    temperature=temperature, lang=lang_name, chat=chat, raw=raw, eos=eos)
+                                    temperature=temperature, lang=lang_name, chat=chat, raw=raw, eos=eos,
+                                    cache=cache, cache_refresh=cache_refresh)
         result = run_job(job, quiet, json_out)
         if not json_out:
             sys.stdout.write(result.text)
@@ -223,6 +235,159 @@ def train(
         cfg = training.parse_overrides(option or [])
         last = view.follow_training(training.logged(cfg), view.console(quiet))
         typer.echo(json.dumps(last))
+
+
+@app.command(name="train-assistant")
+def train_assistant(
+    model: Model = None,
+    assistant: Annotated[str | None, typer.Option(help="Hugging Face causal LM to fine-tune (e.g. Qwen/Qwen3-0.6B) [default: a new tiny assistant]")] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="training setting key=value (repeatable; see dlmcode/train_assistant.py AssistantTrainConfig)")] = None,
+    device: Device = "auto",
+    export: Annotated[str | None, typer.Option(help="after training, copy the best assistant here with a model card")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Train CoDiLA's assistant for a dLLM (kept frozen) on block-masked canvases; resumes a run folder."""
+    from . import train_assistant as training
+    from . import view
+
+    with reported():
+        cfg = training.parse_overrides(option or [], model=model, assistant=assistant, device=device)
+        last = view.follow_training(training.logged(cfg), view.console(quiet))
+        if export:
+            training.export(cfg.out, export)
+        typer.echo(json.dumps(last))
+
+
+Decoders = Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to run (repeatable) [default: every decoder]")]
+
+
+@app.command()
+def compare(
+    file: Source,
+    span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive; omit to fill the file's ⟦fill⟧ markers (no exact match then)")] = None,
+    decoder: Decoders = None,
+    samples: Annotated[int, typer.Option("--samples", "-n", help="runs per decoder, with seeds 0..N-1")] = 1,
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
+    temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span [default: the original span's token count]")] = None,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    family: Family = None,
+    trust_remote_code: TrustRemoteCode = False,
+    lang: Lang = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the results as one JSON object on stdout")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Run several decoders on the same span N times each: breakage rate, exact match, TPF and speed, live."""
+    from . import spans, view
+    from .bench import live, runner
+
+    with reported():
+        source = files.read_source(file)
+        where = spans.parse_span(span, source) if span is not None else None
+        temp, note = runner.compare_temperature(samples, temperature)
+        configs = runner.configs(decoder or [], option or [], [], temp)
+        lang_name, n = language(file, lang, required=False), parse_length(length)
+        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet)
+        configs, skipped = runner.attach_all(configs, dlm, strict=bool(decoder))
+        out = view.console(quiet)
+        for line in filter(None, [note, *skipped]):
+            out.print(line, soft_wrap=True)
+        board = live.Board(configs, samples, out, f"compare · {file} · {span or 'markers'} · {samples} run(s) each")
+        found = board.follow(runner.compare(source, where, file, dlm, configs, samples, lang_name, n))
+        out.print(board.table())
+        if json_out:
+            meta = {"input": file, "span": list(where) if where else None, "samples": samples, "temperature": temp, "model": dlm.name}
+            typer.echo(json.dumps(runner.compare_summary(found, configs, meta), ensure_ascii=False))
+
+
+@app.command()
+def bench(
+    suite: Annotated[str, typer.Option("--suite", "-s", help="heldout-single|-multi|-span, humaneval-infill-single|-multi|-span|-span-light, humaneval, or a .jsonl(.gz) file or a folder")],
+    decoder: Decoders = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
+    sweep: Annotated[list[str] | None, typer.Option(help="key=v1,v2,...: run each value; several --sweep run their cartesian product")] = None,
+    limit: Annotated[int | None, typer.Option(help="only the first N tasks")] = None,
+    seed: Seed = 0,
+    length: Annotated[int, typer.Option(help="tokens generated per prompt (humaneval); infill holes get the canonical middle's token count (oracle length)")] = 128,
+    out: Annotated[Path | None, typer.Option(help="folder for samples.jsonl, summary.json/.csv and pareto.png/.svg; an existing one is resumed")] = None,
+    timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run")] = 10.0,
+    cpu: Annotated[int, typer.Option(help="CPU seconds per test run")] = 5,
+    memory: Annotated[int, typer.Option(help="MiB of memory per test run")] = 1024,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    family: Family = None,
+    trust_remote_code: TrustRemoteCode = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
+    from . import view
+    from .bench import live, runner
+
+    with reported("the samples written to --out are kept; run the same command again to resume"):
+        limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory}
+        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits)
+        quiet = quiet or not run.ranks.lead
+        dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet)
+        run.load(dlm)
+        con, title = view.console(quiet), f"bench · {suite} · {len(run.suite.tasks)} tasks"
+        for note in run.notes:
+            con.print(note, soft_wrap=True)
+        board = live.Board(run.configs, len(run.tasks), con, title, run.suite.has_tests)
+        summary = run.finish(board.follow(run.stream(dlm), run.done()), dlm.name)
+        if summary is None:
+            return
+        con.print(live.summary_table(summary, title))
+        if out is not None:
+            con.print(runner.written_note(run.written), soft_wrap=True)
+        if json_out:
+            typer.echo(json.dumps(summary))
+
+
+@app.command()
+def speed(
+    lengths: Annotated[str, typer.Option(help="prompt lengths in tokens, comma-separated")] = "128,512,2048",
+    gen: Annotated[int, typer.Option(help="holes decoded after each prompt")] = 64,
+    block: Annotated[int, typer.Option(help="holes per block (the decoders' `block` setting)")] = 32,
+    cache: Annotated[str, typer.Option(help="cache modes timed besides none, comma-separated")] = "prefix,dual",
+    repeats: Annotated[int, typer.Option(help="decodes per row; the fastest counts")] = 1,
+    decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder]")] = None,
+    model: Model = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    family: Family = None,
+    trust_remote_code: TrustRemoteCode = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the rows and targets as one JSON object on stdout")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Time each decoder with and without a KV cache: ms per call, decoder overhead, calls, TPF, tokens/s, vs low-confidence."""
+    from . import view
+    from .bench import speed as timing
+
+    with reported():
+        modes = tuple(m.strip() for m in cache.split(",") if m.strip())
+        cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats)
+        con = view.console(quiet)
+        with con.status("loading model…"):
+            dlm, note = timing.load(model, device, dtype, family, trust_remote_code)
+        rows = []
+        with con.status("speed: warming up…") as status:
+            for item in timing.stream(dlm, cfg):
+                if isinstance(item, str):
+                    con.print(item, soft_wrap=True)
+                    continue
+                rows.append(item)
+                status.update(f"speed: {item.prompt}-token prompt · {item.decoder} · cache {item.cache} done")
+        for line in filter(None, [note]):
+            con.print(line, soft_wrap=True)
+        table = timing.table(rows, f"speed · {dlm.name} · {dlm.device} · x = ratio to {timing.BASELINE} without cache")
+        con.width = max(con.width, 112)  # 11 columns: never cropped, also when stderr is a file
+        con.print(table)
+        if json_out:
+            typer.echo(json.dumps(timing.summary(rows, dlm, cfg)))
 
 
 def main() -> None:

@@ -17,9 +17,11 @@ from typing import Any
 import torch
 
 from . import decoders, spans, syntax
+from .assistant import attach
 from .canvas import Predict, Step, last
 from .decoders.base import Decoder
 from .errors import UsageError
+from .models import cache as kvcache
 from .models.base import Dlm
 
 Follow = Callable[[Iterator[Step]], Step | None]
@@ -135,10 +137,16 @@ def prepare_infill(
     seed: int = 0,
     temperature: float | None = None,
     lang: str | None = None,
+    cache: str = "none",
+    cache_refresh: int = 0,
 ) -> Job:
-    """A Job that rewrites lines span[0]..span[1] (1-based, inclusive), or the file's fill markers."""
+    """A Job that rewrites lines span[0]..span[1] (1-based, inclusive), or the file's fill markers.
+
+    `cache` (none, prefix, dual) and `cache_refresh` set the KV cache (models/cache.py).
+    """
     model = default_model(dlm)
-    built = make_decoder(decoder, options, temperature)
+    built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
+    model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
     plan = spans.plan_infill(source, model.tokenizer, model.mask_id, span, length, model.context, model.bos_id, model.eos_id)
     return Job(plan, model, built, seed, lang, before=source)
 
@@ -156,10 +164,13 @@ def prepare_generate(
     chat: bool | None = None,
     raw: bool = False,
     eos: EndOfText | None = None,
+    cache: str = "none",
+    cache_refresh: int = 0,
 ) -> Job:
     """A Job that continues `prompt` with `length` holes; with a chat model the prompt is a request."""
     model = default_model(dlm)
-    built = make_decoder(decoder, options, temperature)
+    built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
+    model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
     use_chat = (model.chat is not None) if chat is None else chat
     if use_chat and model.chat is None:
         raise UsageError(f"--chat: model {model.name!r} has no chat template")

@@ -447,7 +447,7 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
         due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
         if due or (decaying and not state["stable_saved"]):
             yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying)
-            last_ckpt, window_t = state["elapsed"], time.perf_counter()
+            last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
     yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
     yield {"event": "done", **state}
 
@@ -499,6 +499,41 @@ def export(src: str | Path, dest: str | Path, card: str = "", dtype: torch.dtype
     if card:
         (dest / "MODEL_CARD.md").write_text(card)
     return dest
+
+
+def model_card(run_dir: str | Path, evaluation: str = "", notes: str = "") -> str:
+    """MODEL_CARD.md from a run folder's config.json and log.jsonl, plus evaluation text."""
+    run_dir = Path(run_dir)
+    info = json.loads((run_dir / "config.json").read_text())
+    cfg, data = info["train"], info["data"]
+    checks = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    best = min(checks, key=lambda r: r["heldout_loss"])
+    last = checks[-1]
+    knobs = " ".join(f"{k}={v}" for k, v in cfg.items() if v != getattr(TrainConfig(), k))
+    return f"""# dlmcode built-in model
+
+A small masked-diffusion code model (MDLM/LLaDA objective with line/span holes and
+over-allocated [PAD] holes for `--length auto`), trained from scratch on CPU by `dlmcode.train`.
+Experimental: a tiny model trained for hours on 2 CPU cores; see the evaluation below.
+
+| | |
+|---|---|
+| architecture | bidirectional pre-norm transformer, RoPE, RMSNorm, GELU MLP, tied embeddings, no biases |
+| size | d={cfg['dim']}, {cfg['n_layers']} layers, {cfg['n_heads']} heads, vocab {cfg['vocab_size']}, context {cfg['seq']} |
+| tokenizer | byte-level BPE, line-aligned pre-tokenizer, [PAD]=0 [MASK]=1 [BOS]=2 [EOS]=3 |
+| data | CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), {data['files_heldout']} held-out files (sha1(path) % 20 == 0) |
+| file-list sha256 | `{data['file_list_sha256']}` |
+| command | `python -m dlmcode.train {knobs}` |
+| shipped checkpoint | step {best['step']}, best held-out loss {best['heldout_loss']:.4f} at {best['elapsed'] / 60:.1f} min of training |
+| run | {last['step']} steps, {last['step'] * cfg['batch'] * cfg['seq']:,} tokens, {last['elapsed'] / 60:.1f} min of training time |
+| hardware | 2-core AMD EPYC (avx512_bf16), no GPU, bf16 autocast, shared with other jobs |
+
+## Evaluation (held-out files, known span length)
+
+{evaluation or "Not evaluated yet."}
+
+{notes}
+"""
 
 
 def parse_overrides(args: list[str]) -> TrainConfig:

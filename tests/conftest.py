@@ -78,6 +78,7 @@ def decoders_get_a_tiny_assistant(monkeypatch):
     """Decoders that take an assistant (codila) default to a tiny random one for TinyModel's
     vocabulary, so the contract tests, which build decoders by name, cover them too."""
     import dataclasses
+    import typing
 
     from dlmcode.assistant import AssistantConfig, TinyAssistant
     from dlmcode.decoders import DECODERS
@@ -88,6 +89,6 @@ def decoders_get_a_tiny_assistant(monkeypatch):
                 torch.manual_seed(0)
                 tiny = TinyAssistant(AssistantConfig(vocab_size=40, dim=16, n_layers=1, n_heads=2)).eval()
             field = dataclasses.field(default=tiny, repr=False, compare=False)
-            patched = dataclasses.make_dataclass(cls.__name__, [("assistant", object, field)], bases=(cls,), frozen=True)
+            patched = dataclasses.make_dataclass(cls.__name__, [("assistant", typing.get_type_hints(cls)["assistant"], field)], bases=(cls,), frozen=True)
             patched.__doc__ = cls.__doc__
             monkeypatch.setitem(DECODERS, name, patched)

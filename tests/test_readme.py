@@ -17,8 +17,8 @@ def test_decoder_table_matches_registry():
 
 def test_ci_runs_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install torch==2.13.0 -e ".[test]"' in README
-    assert 'pip install torch==2.13.0 -e ".[test]"' in ci
+    assert 'pip install torch==2.13.0 -e ".[test,bench,plot]"' in README
+    assert 'pip install torch==2.13.0 -e ".[test,bench,plot]"' in ci
     assert "HF_HUB_OFFLINE=1 python -m pytest -q" in README
     assert "HF_HUB_OFFLINE=1 python -m pytest -q" in ci
 

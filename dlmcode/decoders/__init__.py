@@ -13,11 +13,14 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 from .base import Decoder
+from .codila import Codila
+from .dico import DiCo
 from .eb import EntropyBound
 from .entropy import Entropy
 from .factor import Factor
 from .low_confidence import LowConfidence
 from .margin import Margin
+from .mean_field import MeanField
 from .random import Random
 from .threshold import Threshold
 
@@ -29,6 +32,9 @@ DECODERS: dict[str, type[Decoder]] = {
     "threshold": Threshold,
     "factor": Factor,
     "eb": EntropyBound,
+    "mean-field": MeanField,
+    "dico": DiCo,
+    "codila": Codila,
 }
 
 
@@ -46,7 +52,7 @@ def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
         values[key] = parse_value(name, key, raw, hints[key])
     try:
         return cls(**values)
-    except ValueError as err:
+    except (ValueError, TypeError) as err:
         raise UsageError(f"decoder {name!r}: {err}") from None
 
 

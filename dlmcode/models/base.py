@@ -9,6 +9,7 @@ from typing import Protocol
 import torch
 
 from ..canvas import Predict
+from .cache import CacheSettings
 
 
 class Tokenizer(Protocol):
@@ -35,3 +36,4 @@ class Dlm:
     special_ids: frozenset[int] = field(default_factory=frozenset)  # ids never shown as code (mask, pad, eos, ...)
     eot_id: int | None = None  # end-of-turn, where the family has one (LLaDA 126348)
     bos_id: int | None = None  # put first on every canvas, for models trained that way
+    cached: Callable[[CacheSettings], Predict] | None = None  # a fresh predict with a prefix/dual KV cache; None: no cache

@@ -1,19 +1,27 @@
-"""Family adapter for Dream-v0, Dream-Coder, DreamOn and DiffuCoder (Qwen2.5 trained as masked diffusion).
+"""Family adapter for Dream-v0, Dream-Coder, DreamOn, DiffuCoder and Open-dCoder (Qwen2 trained as masked diffusion).
 
 Dream keeps its autoregressive parent's head: the logits at row i score position i+1
 (docs/field.md A.2). `align` shifts them back so row i scores position i, exactly as Dream's
-own sampler does, and decoders never know. Like LLaDA, Dream exists only as hub remote code
-and breaks under transformers 5.x (A.4.3); see hf.remote_code_error.
+own sampler does, and decoders never know. Dream exists only as hub remote code, which breaks
+under transformers 5.x (A.4.3), so dlmcode runs its own implementation (native_dream) on the
+published safetensors and reads the vocabulary with transformers' Qwen2 tokenizer when the
+folder's tokenizer is remote code. A folder the native code cannot run runs on its own code
+only with --trust-remote-code.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from . import hf
+from ..canvas import Predict
+from ..errors import ModelError
+from . import cache, hf, native, native_dream
 from .base import Dlm
 
 DREAM_MASK_ID = 151666  # <|mask|>
@@ -48,10 +56,55 @@ def matches(config: dict) -> bool:
 
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
     config = hf.read_config(path)
-    hf.require_remote_code(path, TITLE, config, trust_remote_code)
+    try:
+        native_dream.DreamConfig.from_json(config)
+        native.shard_files(path)
+    except native.NotNative as why:
+        if not trust_remote_code:
+            raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
+        return load_remote(path, config, device, dtype)
+    tok = load_tokenizer(path)
+    try:
+        model = native_dream.load_model(path, config, device, dtype)
+    except native.NotNative as why:
+        raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
+    dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model, align=align), device, dtype)
+    # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before the block
+    return dataclasses.replace(dlm, cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device, align, lookback=1))
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The folder's tokenizer without running its code: Dream's tokenization_dream.py is Qwen2's BPE, so a folder
+    whose tokenizer is remote code is read with transformers' Qwen2Tokenizer (vocab.json, merges.txt, added tokens)."""
+    with warnings.catch_warnings():  # transformers reads config.json too, and warns about Qwen2 fields Dream still uses
+        warnings.simplefilter("ignore")
+        try:
+            return hf.load_tokenizer(path, trust_remote_code=False)
+        except ModelError:
+            if not ((path / "vocab.json").is_file() and (path / "merges.txt").is_file()):
+                raise
+        return qwen2_tokenizer(path)
+
+
+def qwen2_tokenizer(path: Path) -> Any:
+    from transformers import Qwen2Tokenizer
+
+    try:
+        return Qwen2Tokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelError(f"model {hf.label(path)!r}: cannot load its tokenizer as Qwen2's ({hf.first_line(err)})") from None
+
+
+def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Dlm:
+    """Dream on the folder's published modelling code (--trust-remote-code), for what the native code does not run."""
+    hf.require_remote_code(path, TITLE, config, True)
     tok = hf.load_remote_tokenizer(path, TITLE)
     model = hf.load_remote(path, TITLE, device, dtype)
-    vocab = hf.vocab_size(model)
+    return adapt(path, config, tok, hf.vocab_size(model), hf.make_predict(model, align=align), device, dtype)
+
+
+def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype) -> Dlm:
+    """The Dlm around a Dream-family model: special ids from the tokenizer and config.json, then the published constants."""
     bos_id = hf.bos_of(hf.framing(tok))
     mask_id = hf.require_mask(path, hf.first_id(tok.mask_token_id, config.get("mask_token_id"), DREAM_MASK_ID, vocab_size=vocab))
     eos_id = hf.first_id(config.get("eos_token_id"), hf.token_id(tok, "<|endoftext|>"), DREAM_EOS_ID, vocab_size=vocab)
@@ -66,7 +119,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         pad_id=pad_id,
         bos_id=bos_id,
         context=min(int(config.get("max_position_embeddings") or DREAM_CONTEXT), DREAM_CONTEXT),
-        predict=hf.make_predict(model, align=align),
+        predict=predict,
         device=device,
         dtype=dtype,
         chat=hf.chat_fn(tok, bos_id),

@@ -1,18 +1,23 @@
 """Family adapter for LLaDA-8B-Base/Instruct and LLaDA-1.5 (GSAI-ML): logits used in place, no shift.
 
-LLaDA exists only as hub remote code (docs/field.md A.3), so it loads only with
---trust-remote-code, and under transformers 5.x that code fails (A.4.1); both cases end in
-one clear ModelError from hf.remote_code_error. Ids come from the tokenizer and config.json
-first; the constants below are the published values, used only when those are silent.
+LLaDA exists only as hub remote code (docs/field.md A.3), and under transformers 5.x that code
+fails (A.4.1), so dlmcode runs its own implementation (native_llada) on the published
+safetensors, with any transformers and without --trust-remote-code. A folder the native code
+cannot run (another block type, no safetensors) runs on its own code only with
+--trust-remote-code; both refusals are one clear ModelError. Ids come from the tokenizer and
+config.json first; the constants below are the published values, used only when those are silent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from . import hf
+from ..canvas import Predict
+from . import cache, hf, native, native_llada
 from .base import Dlm
 
 LLADA_MASK_ID = 126336  # <|mdm_mask|>
@@ -29,10 +34,32 @@ def matches(config: dict) -> bool:
 
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
     config = hf.read_config(path)
-    hf.require_remote_code(path, TITLE, config, trust_remote_code)
+    try:
+        native_llada.LladaConfig.from_json(config)
+        native.shard_files(path)
+    except native.NotNative as why:
+        if not trust_remote_code:
+            raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
+        return load_remote(path, config, device, dtype)
+    tok = hf.load_tokenizer(path, trust_remote_code=False)
+    try:
+        model = native_llada.load_model(path, config, device, dtype)
+    except native.NotNative as why:
+        raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
+    dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model), device, dtype)
+    return dataclasses.replace(dlm, cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device))
+
+
+def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Dlm:
+    """LLaDA on the folder's published modelling code (--trust-remote-code), for what the native code does not run."""
+    hf.require_remote_code(path, TITLE, config, True)
     tok = hf.load_remote_tokenizer(path, TITLE)
     model = hf.load_remote(path, TITLE, device, dtype)
-    vocab = hf.vocab_size(model)
+    return adapt(path, config, tok, hf.vocab_size(model), hf.make_predict(model), device, dtype)
+
+
+def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype) -> Dlm:
+    """The Dlm around a LLaDA model: special ids from the tokenizer and config.json, then the published constants."""
     bos_id = hf.bos_of(hf.framing(tok))
     mask_id = hf.require_mask(path, hf.first_id(tok.mask_token_id, config.get("mask_token_id"), LLADA_MASK_ID, vocab_size=vocab))
     eos_id = hf.first_id(config.get("eos_token_id"), hf.token_id(tok, "<|endoftext|>"), LLADA_EOS_ID, vocab_size=vocab)
@@ -47,7 +74,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         pad_id=pad_id,
         bos_id=bos_id,
         context=int(config.get("max_sequence_length") or config.get("max_position_embeddings") or LLADA_CONTEXT),
-        predict=hf.make_predict(model),
+        predict=predict,
         device=device,
         dtype=dtype,
         chat=hf.chat_fn(tok, bos_id),

@@ -1,0 +1,105 @@
+"""The live view of `compare` and `bench` on stderr: one row per decoder setting.
+
+Each row: a progress bar, pass@1 (where tests run), exact match against the original
+middle, the running breakage rate, TPF, calls and completion tokens per second. Only
+draws; it animates only when stderr is a terminal (elsewhere a progress line a minute), and the
+final table is the same table without the progress bars.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
+from .metrics import Sample, Tally
+from .runner import Config
+
+BAR_WIDTH = 12
+LOG_SECONDS = 60.0  # without a terminal, one progress line this often
+
+
+class Board:
+    """Running tallies of every decoder setting, drawn as a table."""
+
+    def __init__(self, configs: list[Config], total: int, out: Console, title: str, show_pass: bool = False):
+        self.labels = {c.key(): c.label for c in configs}
+        self.tallies = {c.key(): Tally() for c in configs}
+        self.total, self.out, self.title, self.show_pass = total, out, title, show_pass
+        self.live = False  # drawing the live table (with progress bars) rather than the final one
+
+    def add(self, sample: Sample) -> None:
+        key = (sample.decoder, json.dumps(sample.settings, sort_keys=True))
+        if key in self.tallies:
+            self.tallies[key].add(sample)
+
+    def follow(self, samples: Iterator[Sample], earlier: Iterable[Sample] = ()) -> list[Sample]:
+        """Consume the Sample stream (after counting `earlier` ones, from a resume); return the new ones."""
+        for sample in earlier:
+            self.add(sample)
+        if not self.out.is_terminal or self.out.quiet:
+            return self._logged(samples)
+        new, self.live = [], True
+        with Live(self.table(), console=self.out, transient=True, refresh_per_second=4,
+                  redirect_stdout=False, redirect_stderr=False) as live:  # fmt: skip
+            for sample in samples:
+                new.append(self._added(sample))
+                live.update(self.table())
+        self.live = False
+        return new
+
+    def _logged(self, samples: Iterator[Sample]) -> list[Sample]:
+        """No terminal: a plain progress line every LOG_SECONDS instead of a live table."""
+        new, last = [], time.monotonic()
+        for sample in samples:
+            new.append(self._added(sample))
+            if time.monotonic() - last >= LOG_SECONDS:
+                last = time.monotonic()
+                self.out.print(self.progress_line(), soft_wrap=True)
+        return new
+
+    def progress_line(self) -> str:
+        done = sum(t.n for t in self.tallies.values())
+        return f"{self.title}: {done}/{self.total * len(self.tallies)} samples"
+
+    def _added(self, sample: Sample) -> Sample:
+        self.add(sample)
+        return sample
+
+    def table(self) -> Table:
+        lines = [(self.labels[key], tally.row()) for key, tally in self.tallies.items()]
+        return table(self.title, lines, self.total, self.show_pass, bar=self.live)
+
+
+def summary_table(summary: dict, title: str) -> Table:
+    """The final table of a bench, from its summary (every rank's samples)."""
+    lines = [(row["label"], row) for row in summary["rows"]]
+    return table(title, lines, summary["tasks"], summary["quality"] == "pass_at_1")
+
+
+def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool, bar: bool = False) -> Table:
+    """One row per setting: its label and summary row (metrics.Tally.row); a progress bar while live."""
+    rates = ["pass@1"] * show_pass + ["exact", "breakage"]
+    grid = Table(title=title, title_justify="left", header_style="bold")
+    grid.add_column("setting", no_wrap=True, min_width=max((len(label) for label, _ in lines), default=7))
+    for name in ["progress"] * bar + ["done", *rates, "TPF", "calls", "tok/s"]:
+        grid.add_column(name, justify="left" if name == "progress" else "right")
+    for label, row in lines:
+        values = [row["pass_at_1"]] * show_pass + [row["exact_match"], row["breakage_rate"]]
+        progress = [ProgressBar(total=total, completed=row["n"], width=BAR_WIDTH)] * bar
+        grid.add_row(label, *progress, f"{row['n']}/{total}", *map(_percent, values), _number(row["tpf"], 2),
+                     _number(row["calls"], 1), _number(row["tokens_per_s"], 1))
+    return grid
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"

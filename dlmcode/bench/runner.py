@@ -1,0 +1,433 @@
+"""Running decoders over tasks: decoder settings (with sweeps), one Sample per decode, resume, ranks.
+
+Stream first: `BenchRun.stream()` and `compare()` yield Samples as they finish (the live
+view draws them); `BenchRun.finish()` gathers them and writes the outputs.
+
+Infill tasks get an oracle length: each hole has exactly the canonical middle's token
+count, the upper-bound protocol of docs/field.md E (Open-dLLM's "oracle length").
+Under torchrun (env RANK/WORLD_SIZE) each rank decodes every WORLD_SIZE-th task and rank 0
+gathers the Samples and writes the same outputs one process would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from .. import decoders, fill, spans, syntax
+from ..assistant import attach
+from ..decoders.base import Decoder
+from ..errors import DlmcodeError, InputError, UsageError
+from ..models.base import Dlm
+from . import report, sandbox
+from .metrics import Sample, Tally, exact_match, sample_key
+from .suites import Suite, Task
+
+GENERATE_LENGTH = 128  # tokens generated per HumanEval prompt unless --length says otherwise
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # a completion ends at top-level code (Codex, arXiv 2107.03374)
+ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token count"
+SAMPLES_FILE = "samples.jsonl"
+PART_FILE = "samples.rank{}.jsonl"  # a rank's samples while a sharded run is going
+GATHER_TIMEOUT = timedelta(hours=12)  # ranks that finish early wait this long for the others
+
+
+# ---------------------------------------------------------------- decoder settings and sweeps
+
+
+@dataclass(frozen=True)
+class Config:
+    """One decoder setting: a row of the summary and a point of its decoder's Pareto curve."""
+
+    name: str
+    decoder: Decoder
+    sweep: dict[str, str] = field(default_factory=dict)  # this point's swept values
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return decoders.settings_of(self.decoder)
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.name, *(f"{k}={v}" for k, v in self.sweep.items())])
+
+    def key(self) -> tuple[str, str]:
+        return self.name, json.dumps(self.settings, sort_keys=True)
+
+
+def parse_sweep(text: str) -> tuple[str, list[str]]:
+    """'tau=0.7,0.9' -> ('tau', ['0.7', '0.9'])."""
+    key, sep, values = text.partition("=")
+    points = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not key.strip() or not points:
+        raise UsageError(f"bad --sweep {text!r}: write --sweep key=v1,v2,...")
+    return key.strip(), points
+
+
+def configs(names: list[str], options: list[str], sweeps: list[str], temperature: float | None = None) -> list[Config]:
+    """Every decoder (none named: all of them) with -o settings and the cartesian product of its sweeps.
+
+    A setting or sweep applies to the decoders that have it; one that no decoder has is an error.
+    """
+    names = names or list(decoders.DECODERS)
+    for name in names:
+        decoders.build(name)  # an unknown name fails here, listing the decoders
+    given = decoders.parse_options(options)
+    axes = dict(parse_sweep(s) for s in sweeps)
+    for key in [*given, *axes]:
+        if not any(key in _fields(name) for name in names):
+            raise UsageError(f"no chosen decoder has the setting {key!r} ({', '.join(names)})")
+    found: dict[tuple[str, str], Config] = {}
+    for name in dict.fromkeys(names):
+        for config in _points(name, given, axes, temperature):
+            found.setdefault(config.key(), config)
+    return list(found.values())
+
+
+def _points(name: str, given: dict[str, str], axes: dict[str, list[str]], temperature: float | None) -> Iterator[Config]:
+    own = {k: v for k, v in axes.items() if k in _fields(name)}
+    for values in itertools.product(*own.values()):
+        point = dict(zip(own, values))
+        options = {k: v for k, v in given.items() if k in _fields(name)} | point
+        yield Config(name, fill.make_decoder(name, options, temperature), point)
+
+
+def _fields(name: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(decoders.DECODERS[name]) if f.init}
+
+
+# ---------------------------------------------------------------- one decode
+
+
+class Infill:
+    """Fill the hole between prompt and suffix; oracle length when the middle is known."""
+
+    def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
+        n = max(1, len(dlm.tokenizer.encode(task.canonical))) if task.canonical is not None else length
+        marked = f"{task.prompt}⟦fill:{n}⟧{task.suffix}"
+        plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
+        if len(plan.holes) != 1:
+            raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
+        return fill.Job(plan, dlm, config.decoder, seed, task.lang, before=task.original)
+
+    def output(self, task: Task, result: fill.Result) -> str:
+        return result.text[len(task.prompt) : len(result.text) - len(task.suffix)]
+
+    def breakage(self, task: Task, result: fill.Result, output: str) -> syntax.Breakage | None:
+        return result.breakage
+
+
+class Generate:
+    """Continue the prompt (no chat template) and cut the completion at top-level code."""
+
+    def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
+        return fill.prepare_generate(task.prompt, dlm=dlm, decoder=config.decoder, length=length, seed=seed,
+                                     lang=task.lang, chat=False)
+
+    def output(self, task: Task, result: fill.Result) -> str:
+        return truncate(result.text[len(task.prompt) :], STOP)
+
+    def breakage(self, task: Task, result: fill.Result, output: str) -> syntax.Breakage | None:
+        return syntax.breakage(task.prompt, task.prompt + output, task.lang)
+
+
+MODES: dict[str, Infill | Generate] = {"infill": Infill(), "generate": Generate()}
+
+
+def truncate(text: str, stops: Iterable[str]) -> str:
+    """`text` up to the first of `stops`."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+def completion_tokens(ids: list[int], dlm: Dlm) -> int:
+    """Tokens the model wrote: the hole ids up to end-of-text, without padding or special ids."""
+    if dlm.eos_id is not None and dlm.eos_id in ids:
+        ids = ids[: ids.index(dlm.eos_id)]
+    return sum(i not in dlm.special_ids for i in ids)
+
+
+def run_one(task: Task, config: Config, dlm: Dlm, seed: int, length: int, limits: sandbox.Limits) -> Sample:
+    """Decode one task with one decoder setting and seed, check its syntax and run its tests."""
+    mode = MODES[task.mode]
+    try:
+        result = mode.job(task, config, dlm, seed, length).run()
+    except DlmcodeError as err:
+        return failed(task, config, seed, str(err))
+    output = mode.output(task, result)
+    breakage = mode.breakage(task, result, output)
+    outcome = sandbox.run(task.program(output), limits) if task.test else None
+    return Sample(
+        task=task.task_id, decoder=config.name, settings=config.settings, seed=seed, output=output,
+        passed=outcome.passed if outcome else None,
+        exact=exact_match(output, task.canonical) if task.canonical is not None else None,
+        breakage=breakage.to_dict() if breakage else None,
+        calls=result.calls, filled=result.filled, tokens=completion_tokens(result.ids, dlm),
+        tpf=round(result.tpf, 4), seconds=round(result.seconds, 4), status=outcome.status if outcome else None,
+    )  # fmt: skip
+
+
+def failed(task: Task, config: Config, seed: int, error: str) -> Sample:
+    """A task that could not be decoded: it fails its test and its match, and is not timed."""
+    return Sample(task.task_id, config.name, config.settings, seed, "", False if task.test else None,
+                  False if task.canonical is not None else None, None, 0, 0, 0, 0.0, 0.0, error=error)
+
+
+def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, length: int,
+            limits: sandbox.Limits, done: Iterable[tuple] = ()) -> Iterator[Sample]:  # fmt: skip
+    """One Sample per task and setting not in `done`, task by task (every row advances together)."""
+    skip = set(done)
+    for task in tasks:
+        for config in configs:
+            if sample_key(task.task_id, config.name, config.settings, seed) not in skip:
+                yield run_one(task, config, dlm, seed, length, limits)
+
+
+# ---------------------------------------------------------------- compare
+
+
+def compare_temperature(n: int, temperature: float | None) -> tuple[float | None, str | None]:
+    """The temperature for n samples per decoder, and a note when it was chosen for the user."""
+    if n < 1:
+        raise UsageError(f"--samples {n}: give at least 1")
+    if n > 1 and temperature is None:
+        return 1.0, f"--samples {n}: sampling at temperature 1.0 so that samples differ (set --temperature to change it)"
+    if n > 1 and temperature == 0:
+        raise UsageError(f"--samples {n} with --temperature 0 gives {n} identical samples; use a temperature above 0")
+    return temperature, None
+
+
+def compare(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, configs: list[Config], n: int,
+            lang: str | None, length: int | None) -> Iterator[Sample]:  # fmt: skip
+    """Each setting n times on the same input, seeds 0..n-1, round-robin so that rows advance together."""
+    for seed in range(n):
+        for config in configs:
+            yield compare_one(source, span, name, dlm, config, seed, lang, length)
+
+
+def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, config: Config, seed: int,
+                lang: str | None, length: int | None) -> Sample:  # fmt: skip
+    job = fill.prepare_infill(source, span, dlm=dlm, decoder=config.decoder, length=length, seed=seed, lang=lang)
+    result = job.run()
+    output, exact = result.text, None
+    if span is not None:
+        a, b = spans.line_span(source, span)
+        output = result.text[a : len(result.text) - (len(source) - b)]
+        exact = exact_match(output, source[a:b])
+    return Sample(name, config.name, config.settings, seed, output, None, exact,
+                  result.breakage.to_dict() if result.breakage else None, result.calls, result.filled,
+                  completion_tokens(result.ids, dlm), round(result.tpf, 4), round(result.seconds, 4))
+
+
+# ---------------------------------------------------------------- ranks
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in a torchrun launch (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    world: int = 1
+    local: int = 0  # rank on this machine
+    local_world: int = 1  # processes on this machine
+
+    @classmethod
+    def from_env(cls) -> Ranks:
+        env = os.environ
+        world = int(env.get("WORLD_SIZE", 1))
+        return cls(int(env.get("RANK", 0)), world, int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world)))
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    def device(self, device: str) -> str:
+        """Each rank on its own GPU where there are several (ranks share them round-robin otherwise)."""
+        import torch
+
+        if self.world > 1 and device in ("auto", "cuda") and torch.cuda.is_available():
+            return f"cuda:{self.local % torch.cuda.device_count()}"
+        return device
+
+    def share(self, items: list) -> list:
+        return items[self.rank :: self.world]
+
+    def start(self, device_type: str) -> None:
+        """Join the process group: nccl when every rank has a GPU of its own, gloo otherwise.
+
+        The only collective is one gather of Python objects, so gloo serves CUDA runs too;
+        NCCL refuses two ranks on one GPU.
+        """
+        import torch
+        import torch.distributed as dist
+
+        if self.world == 1 or dist.is_initialized():
+            return
+        own_gpu = device_type == "cuda" and self.local_world <= torch.cuda.device_count()
+        if own_gpu:
+            torch.cuda.set_device(self.local)
+        dist.init_process_group("nccl" if own_gpu else "gloo", timeout=GATHER_TIMEOUT)
+
+    def gather(self, rows: list[dict]) -> list[dict] | None:
+        """Every rank's rows on rank 0 (None elsewhere); then leave the process group."""
+        if self.world == 1:
+            return rows
+        import torch.distributed as dist
+
+        parts: list | None = [None] * self.world if self.lead else None
+        dist.gather_object(rows, parts, dst=0)
+        dist.destroy_process_group()
+        return [row for part in parts for row in part] if parts is not None else None
+
+
+# ---------------------------------------------------------------- a whole bench
+
+
+@dataclass
+class BenchRun:
+    """A bench ready to go: the suite, the settings, this rank's tasks and what is already done."""
+
+    suite_name: str
+    configs: list[Config]
+    limit: int | None = None
+    seed: int = 0
+    length: int = GENERATE_LENGTH
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    out: Path | None = None
+    ranks: Ranks = field(default_factory=Ranks)
+    strict: bool = True  # decoders were named: one that cannot run here is an error, not skipped
+    suite: Suite = field(default_factory=lambda: Suite("", []))  # set by load()
+    previous: dict[tuple, Sample] = field(default_factory=dict)  # samples found in --out, by key
+    notes: list[str] = field(default_factory=list)  # what the user should know (printed on stderr)
+    written: list[Path] = field(default_factory=list)  # the files finish() wrote
+
+    def load(self, dlm: Dlm) -> None:
+        """The tasks (heldout-span cuts at dlm's token boundaries), assistants, and --out's samples."""
+        from . import suites
+
+        self.suite = suites.load(self.suite_name, self.limit, dlm.tokenizer)
+        if any(t.mode == "generate" for t in self.suite.tasks) and self.length >= dlm.context:
+            raise UsageError(f"--length {self.length} leaves no room for the prompt in the model's context ({dlm.context} tokens)")
+        self.configs, skipped = attach_all(self.configs, dlm, self.strict)
+        self.notes = [f"{self.suite_name}: {self.length_note}", *skipped]
+        if self.out is not None:
+            self.previous = report.read_samples(self.out, SAMPLES_FILE, PART_FILE.format("*"))
+
+    @property
+    def tasks(self) -> list[Task]:
+        """This rank's share of the suite."""
+        return self.ranks.share(self.suite.tasks)
+
+    @property
+    def length_note(self) -> str:
+        generate = any(t.mode == "generate" for t in self.suite.tasks)
+        return f"{self.length} tokens generated per prompt" if generate else ORACLE_NOTE
+
+    def wanted(self, tasks: list[Task]) -> list[tuple]:
+        return [sample_key(t.task_id, c.name, c.settings, self.seed) for t in tasks for c in self.configs]
+
+    def done(self) -> list[Sample]:
+        """This rank's samples already in --out (resume)."""
+        return [self.previous[k] for k in self.wanted(self.tasks) if k in self.previous]
+
+    def stream(self, dlm: Dlm) -> Iterator[Sample]:
+        """Join the ranks, then decode this rank's missing samples, appending each to --out."""
+        self.ranks.start(dlm.device.type)
+        stream = samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous)
+        if self.out is None:
+            return stream
+        name = SAMPLES_FILE if self.ranks.world == 1 else PART_FILE.format(self.ranks.rank)
+        return report.appended(stream, self.out / name)
+
+    def finish(self, new: list[Sample], model: str) -> dict | None:
+        """Gather every rank's new samples; rank 0 writes the outputs and returns the summary."""
+        gathered = self.ranks.gather([s.to_dict() for s in new])
+        if gathered is None:
+            return None
+        merged = dict(self.previous) | {s.key: s for s in map(Sample.from_dict, gathered)}
+        current = [merged[k] for k in self.wanted(self.suite.tasks) if k in merged]
+        summary = self.summary(current, model)
+        if self.out is not None:
+            found = current + self.others(merged)
+            self.written = report.write_outputs(self.out, SAMPLES_FILE, PART_FILE.format("*"), found, summary)
+        return summary
+
+    def others(self, merged: dict[tuple, Sample]) -> list[Sample]:
+        """Samples in --out from other settings or tasks: kept in the file, left out of the summary."""
+        wanted = set(self.wanted(self.suite.tasks))
+        return [s for k, s in merged.items() if k not in wanted]
+
+    def summary(self, current: list[Sample], model: str) -> dict:
+        return {
+            "suite": self.suite.name,
+            "model": model,
+            "tasks": len(self.suite.tasks),
+            "seed": self.seed,
+            "length": self.length_note,
+            "quality": "pass_at_1" if self.suite.has_tests else "exact_match",
+            "rows": rows(current, self.configs),
+        }
+
+
+def attach_all(configs: list[Config], dlm: Dlm, strict: bool) -> tuple[list[Config], list[str]]:
+    """Give decoders that take an assistant (codila) theirs, once; not strict: skip one that has none."""
+    kept, skipped = [], []
+    for config in configs:
+        try:
+            kept.append(dataclasses.replace(config, decoder=attach(config.decoder, dlm)))
+        except DlmcodeError as err:
+            if strict:
+                raise
+            skipped.append(f"skipping {config.label}: {err}")
+    return kept, skipped
+
+
+def rows(found: list[Sample], configs: list[Config]) -> list[dict]:
+    """One summary row per setting, in the order the settings were given."""
+    tallies = {c.key(): Tally() for c in configs}
+    for s in found:
+        tallies[s.decoder, json.dumps(s.settings, sort_keys=True)].add(s)
+    return [{"decoder": c.name, "label": c.label, "sweep": c.sweep, "settings": c.settings, **tallies[c.key()].row()}
+            for c in configs]
+
+
+def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list[str], limit: int | None,
+                  seed: int, length: int, out: Path | None, limits: dict[str, float]) -> BenchRun:  # fmt: skip
+    """A BenchRun from command-line values, all checked before any model loads; then call load()."""
+    from . import suites
+
+    suites.loader_for(suite)
+    suites.check_limit(limit)
+    if length < 1:
+        raise UsageError(f"--length {length}: give a positive number of tokens")
+    try:
+        fence = sandbox.Limits(**limits)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    chosen = configs(names, options, sweeps)
+    return BenchRun(suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names))
+
+
+def written_note(paths: list[Path]) -> str:
+    plotted = any(p.suffix == ".png" for p in paths)
+    return f"wrote {', '.join(map(str, paths))}" + ("" if plotted else f"; no plot: {report.PLOT_HELP}")
+
+
+def compare_summary(found: list[Sample], configs: list[Config], meta: dict) -> dict:
+    """compare --json: the input, then per setting its summary row and every run."""
+    runs = {c.key(): [] for c in configs}
+    for s in found:
+        runs[s.decoder, json.dumps(s.settings, sort_keys=True)].append(_run(s))
+    table = rows(found, configs)
+    return meta | {"decoders": [row | {"runs": runs[c.key()]} for row, c in zip(table, configs)]}
+
+
+def _run(s: Sample) -> dict:
+    return {"seed": s.seed, "output": s.output, "exact": s.exact, "breakage": s.breakage, "calls": s.calls,
+            "filled": s.filled, "tokens": s.tokens, "tpf": s.tpf, "seconds": s.seconds}

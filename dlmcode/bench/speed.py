@@ -1,0 +1,284 @@
+"""The speed benchmark (issue 6): what each decoder costs on the built-in model, with and without a KV cache.
+
+For each prompt length, decoder and cache mode it decodes one canvas (prompt tokens, then
+`gen` holes in blocks of `block`) and reports the median time per model call, the
+decoder's own time per call (wall time of the decode minus the time inside `predict`),
+calls, TPF and completion tokens per second, each also as a ratio to one-token-per-step
+low-confidence without a cache at the same prompt length, run first.
+
+Prompt lengths past the built-in model's context (256 tokens): its attention is RoPE with
+no position table, so it runs 512- and 2048-token canvases as they are. Its predictions
+there are outside what it was trained on, so TPF and outputs at those lengths only show
+the cost, not quality (our choice: the issue asks for 2048-token prompts on this model).
+The prompt is real Python (dlmcode's own source files) tokenized and cut to length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import decoders
+from ..canvas import Canvas, Predict, last
+from ..errors import DlmcodeError, UsageError
+from ..models import cache as kvcache
+from ..models.base import Dlm
+
+BASELINE = "low-confidence"  # one token per call: the reference every ratio is taken against
+TRAINING_FREE_TARGET = 0.10  # decoder overhead per call, as a share of a forward (issue 6 targets)
+CODILA_TARGET = 0.30
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    lengths: tuple[int, ...] = (128, 512, 2048)  # prompt tokens
+    gen: int = 64  # holes after the prompt
+    block: int = 32  # holes per semi-autoregressive block (the overhead target is for up to 32 in the active block)
+    caches: tuple[str, ...] = ("none", "prefix", "dual")  # "none" always runs: the baseline needs it
+    names: tuple[str, ...] = ()  # decoders; () = every registered one
+    seed: int = 0
+    repeats: int = 1  # decodes per row; times are the fastest repeat (the least disturbed by other processes)
+
+    def __post_init__(self) -> None:
+        if not self.lengths or min(self.lengths) <= 0 or self.gen <= 0 or self.block < 0 or self.repeats < 1:
+            raise UsageError("speed: prompt lengths, --gen and --repeats must be positive, --block >= 0")
+        for mode in self.caches:
+            kvcache.CacheSettings(mode)  # a UsageError naming a bad mode
+        for name in self.names:
+            decoders.build(name)  # a UsageError naming an unknown decoder
+
+    @property
+    def modes(self) -> list[str]:
+        return ["none"] + [m for m in self.caches if m != "none"]  # without a cache first: the baseline's mode
+
+    @property
+    def decoder_names(self) -> list[str]:
+        names = list(self.names or decoders.DECODERS)
+        return [BASELINE] + [n for n in names if n != BASELINE]  # the baseline runs first at each length
+
+
+@dataclass
+class Row:
+    """One decode: prompt length, decoder, cache mode, and what it cost."""
+
+    prompt: int
+    decoder: str
+    cache: str
+    calls: int
+    holes: int
+    seconds: float  # the whole decode
+    call_s: float  # median wall time of one predict call
+    overhead_s: float  # per call: time outside predict (the decoder's own work)
+    full_calls: int | None = None  # calls that ran every position (cached predicts only)
+    ratios: dict[str, float] = field(default_factory=dict)  # against the baseline at this prompt length
+
+    @property
+    def tpf(self) -> float:
+        return self.holes / self.calls
+
+    @property
+    def tokens_s(self) -> float:
+        return self.holes / self.seconds
+
+    @property
+    def overhead_share(self) -> float:
+        return self.overhead_s / self.call_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d |= {"tpf": self.tpf, "tokens_s": self.tokens_s, "overhead_share": self.overhead_share}
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in d.items()}
+
+
+class Timed:
+    """A predict that records how long each call takes (synchronizing CUDA so the time is the forward's)."""
+
+    def __init__(self, predict: Predict, device: torch.device) -> None:
+        self.predict, self.device = predict, device
+        self.times: list[float] = []
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        logits = self.predict(tokens)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.times.append(time.perf_counter() - start)
+        return logits
+
+
+def prompt_ids(dlm: Dlm, length: int) -> list[int]:
+    """`length` tokens of real Python: dlmcode's own source, repeated as needed."""
+    root = Path(__file__).parent.parent
+    text = "\n".join(p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py")))
+    ids = dlm.tokenizer.encode(text)
+    ids = (ids * (length // max(len(ids), 1) + 1))[:length]
+    return ([dlm.bos_id] if dlm.bos_id is not None else []) + ids[: length - (dlm.bos_id is not None)]
+
+
+def canvas(dlm: Dlm, length: int, gen: int) -> Canvas:
+    ids = prompt_ids(dlm, length) + [dlm.mask_id] * gen
+    return Canvas(torch.tensor(ids, dtype=torch.long), dlm.mask_id)
+
+
+def make_decoder(name: str, block: int, dlm: Dlm) -> decoders.Decoder:
+    """The decoder with default settings and `block`; codila gets its assistant (assistant.attach)."""
+    from ..assistant import attach
+
+    fields = {f.name for f in dataclasses.fields(decoders.DECODERS[name])}
+    built = decoders.build(name, {"block": block} if "block" in fields else {})
+    return attach(built, dlm)
+
+
+def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, seed: int) -> Row:
+    """Decode `start` once with `decoder` behind a `mode` cache, timing every model call and the whole decode."""
+    inner = kvcache.attach(dlm, mode, block=getattr(decoder, "block", 0)).predict
+    timed = Timed(inner, dlm.device)
+    began = time.perf_counter()
+    final = last(decoder(start, timed, torch.Generator().manual_seed(seed)))
+    seconds = time.perf_counter() - began
+    return Row(
+        prompt=prompt,
+        decoder=name,
+        cache=mode,
+        calls=final.calls,
+        holes=start.n_holes,
+        seconds=seconds,
+        call_s=statistics.median(timed.times),
+        overhead_s=(seconds - sum(timed.times)) / final.calls,
+        full_calls=getattr(inner, "full_calls", None),
+    )
+
+
+def fastest(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, cfg: SpeedConfig) -> Row:
+    """The quickest of cfg.repeats decodes (each commits the same tokens: same seed)."""
+    return min((measure(dlm, name, decoder, start, prompt, mode, cfg.seed) for _ in range(cfg.repeats)), key=lambda r: r.seconds)
+
+
+def with_ratios(r: Row, base: Row) -> Row:
+    """Ratios to the baseline: >1 means better for speedups, and calls/overhead are plain shares."""
+    r.ratios = {
+        "call_speedup": base.call_s / r.call_s,  # how many times faster one model call is
+        "calls": r.calls / base.calls,
+        "tokens_s": r.tokens_s / base.tokens_s,  # completion throughput, x the baseline
+        "overhead_of_forward": r.overhead_share,  # the decoder's own time, as a share of one call
+    }
+    return r
+
+
+def warm_up(dlm: Dlm, cfg: SpeedConfig) -> None:
+    """One untimed call per length: the first call pays for allocation and kernel selection."""
+    for length in cfg.lengths:
+        dlm.predict(canvas(dlm, length, cfg.gen).tokens)
+
+
+def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | str]:
+    """Rows as they are measured (and a note for each decoder that cannot run); the baseline leads each length."""
+    warm_up(dlm, cfg)
+    for length in cfg.lengths:
+        start, base = canvas(dlm, length, cfg.gen), None
+        for name in cfg.decoder_names:
+            try:
+                decoder = make_decoder(name, cfg.block, dlm)
+            except DlmcodeError as err:
+                yield f"skipping {name}: {err}"
+                continue
+            for mode in cfg.modes:
+                r = fastest(dlm, name, decoder, start, length, mode, cfg)
+                base = base or r  # the first row of a length: low-confidence, no cache
+                yield with_ratios(r, base)
+
+
+def run(dlm: Dlm, cfg: SpeedConfig) -> list[Row]:
+    return [r for r in stream(dlm, cfg) if isinstance(r, Row)]
+
+
+def summary(rows: list[Row], dlm: Dlm, cfg: SpeedConfig) -> dict[str, Any]:
+    """The JSON document: settings, model, rows, and whether the issue's targets were met."""
+    return {
+        "model": dlm.name,
+        "device": str(dlm.device),
+        "dtype": str(dlm.dtype).removeprefix("torch."),
+        "context": dlm.context,
+        "settings": dataclasses.asdict(cfg),
+        "baseline": f"{BASELINE}, one token per call, cache none",
+        "rows": [r.to_dict() for r in rows],
+        "targets": targets(rows),
+    }
+
+
+def targets(rows: list[Row]) -> dict[str, Any]:
+    """The issue's targets, reported (not enforced): overhead share per decoder; prefix cache speedup at the longest prompt."""
+    worst: dict[str, float] = {}
+    for r in rows:
+        worst[r.decoder] = max(worst.get(r.decoder, 0.0), r.overhead_share)
+    longest = max((r.prompt for r in rows), default=0)
+    prefix = [r.ratios["call_speedup"] for r in rows if r.prompt == longest and r.cache == "prefix"]
+    return {
+        "overhead_of_forward_max": {k: round(v, 4) for k, v in worst.items()},
+        "overhead_ok": {k: v <= (CODILA_TARGET if k == "codila" else TRAINING_FREE_TARGET) for k, v in worst.items()},
+        "prefix_call_speedup_at_longest_prompt": round(statistics.median(prefix), 3) if prefix else None,
+        "prefix_speedup_ok": bool(prefix) and statistics.median(prefix) >= 2.0,
+    }
+
+
+def builtin_stand_in(device: torch.device) -> Dlm:
+    """A random model of the built-in architecture and size, for timing when the trained weights are not installed."""
+    import tempfile
+
+    from ..models import builtin
+    from ..train import train_tokenizer
+
+    text = [p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parent.parent.rglob("*.py"))]
+    tok = train_tokenizer(text, builtin.BuiltinConfig().vocab_size)
+    cfg = builtin.BuiltinConfig(vocab_size=tok.tok.get_vocab_size())
+    with tempfile.TemporaryDirectory() as tmp:
+        builtin.save(builtin.DlmcodeDiffusionLM(cfg), tok, Path(tmp), dtype=torch.float32)
+        dlm = builtin.load(Path(tmp), device, torch.float32)
+    return dataclasses.replace(dlm, name="random stand-in of the built-in architecture")
+
+
+def table(rows: list[Row], title: str) -> Any:
+    """The rows as a Rich table for stderr; x columns are ratios to the baseline at the same prompt length."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("prompt", "decoder", "cache", "calls", "TPF", "ms/call", "x call", "dec ms", "dec/call", "tok/s", "x tok/s"):
+        t.add_column(name, justify="left" if name in ("decoder", "cache") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            str(r.prompt), r.decoder, r.cache, str(r.calls), f"{r.tpf:.2f}", f"{r.call_s * 1e3:.1f}",
+            f"{r.ratios['call_speedup']:.2f}", f"{r.overhead_s * 1e3:.2f}", f"{r.overhead_share:.0%}",
+            f"{r.tokens_s:.1f}", f"{r.ratios['tokens_s']:.2f}",
+        )  # fmt: skip
+    return t
+
+
+def load(name: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool) -> tuple[Dlm, str | None]:
+    """The model to time, and a note when the built-in weights are missing and a random stand-in is timed instead."""
+    from .. import models
+    from ..errors import ModelError
+    from ..models.device import resolve_device
+
+    try:
+        return models.load(name, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code), None
+    except ModelError:
+        if name is not None:
+            raise
+    dlm = builtin_stand_in(resolve_device(device))
+    return dlm, "the built-in weights are not installed: timing a random model of the same architecture and size (TPF is not meaningful)"
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """'128,512,2048' -> (128, 512, 2048), or a UsageError."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--lengths {text!r}: give prompt lengths in tokens, comma-separated (128,512,2048)") from None

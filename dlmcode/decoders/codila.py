@@ -1,0 +1,144 @@
+"""CoDiLA (arXiv 2603.20216): a small autoregressive assistant decodes each block of holes from
+the dLLM's marginals, so tokens committed together come from one joint, not independent marginals.
+
+Blocks are the holes split, in position order, into contiguous runs of at most `block` holes;
+the candidates are the first `window` of them (the paper's window of 10 blocks; its exact rule
+is UNVERIFIED). One dLLM call per step; the assistant runs on all candidates in one batch.
+  static:  commit the whole candidate block with the lowest mean assistant entropy h(B);
+  dynamic: commit the longest prefix k of the leftmost block with h(k) <= tau (k >= 2), else
+           the one most confident hole of the window by the dLLM;
+  verify:  the dLLM's threshold schedule over the window's holes, with the confidence of holes
+           where the assistant's top-1 differs from the dLLM's top-1 lowered (form UNVERIFIED).
+The assistant is passed in (`dataclasses.replace(decoder, assistant=...)`; dlmcode.assistant.attach
+does it for the CLI): decoders load nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from ..assistant import TRAIN_HINT, Assistant, decode, marginals
+from ..canvas import Canvas, Predict, Step
+from ..errors import ModelError
+from .base import Decoder, check, setting
+from .threshold import select as threshold_select
+
+
+@dataclass(frozen=True)
+class Codila(Decoder):
+    """CoDiLA: a small AR assistant decodes blocks of `block` (4) holes from the dLLM's marginals; commit coherent blocks."""
+
+    block: int = setting(4, "holes per CoDiLA block B, decoded jointly by the assistant")
+    mode: Literal["static", "dynamic", "verify"] = setting("static", "static: lowest-entropy block per call; dynamic: entropy-bounded prefix; verify: assistant vetoes dLLM commits")
+    window: int = setting(10, "candidate blocks: the first N blocks of holes in position order (paper: 10)")
+    tau: float = setting(0.5, "dynamic: mean assistant entropy (nats) a committed prefix may have (paper: 0.2, 0.5)")
+    threshold: float = setting(0.9, "verify: confidence a hole needs to be committed (Fast-dLLM schedule)")
+    penalty: float = setting(0.5, "verify: where the top-1s disagree, confidence *= 1 - penalty (our choice)")
+    assistant: str | Assistant | None = field(default=None, repr=False, compare=False)  # set by the caller
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.block >= 1, "block", self.block, "must be >= 1")
+        check(self.mode in MODES, "mode", self.mode, f"must be one of {'|'.join(MODES)}")
+        check(self.window >= 1, "window", self.window, "must be >= 1")
+        check(self.tau >= 0, "tau", self.tau, "must be >= 0")
+        check(0 <= self.threshold <= 1, "threshold", self.threshold, "must be in [0, 1]")
+        check(0 <= self.penalty <= 1, "penalty", self.penalty, "must be in [0, 1]")
+
+    def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
+        if canvas.n_holes and self.assistant is None:
+            raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")
+        if canvas.n_holes and isinstance(self.assistant, str):
+            raise ModelError(f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.assistant.attach")
+        for index in range(canvas.n_holes):  # every step commits at least one hole
+            if not canvas.n_holes:
+                return
+            logits = predict(canvas.tokens)  # (L, V)
+            pos, ids, scores, from_assistant = MODES[self.mode](self, logits, canvas, candidates(canvas, self.block, self.window), rng)
+            canvas = canvas.fill(pos, ids.to(canvas.tokens.device))
+            yield Step(index, canvas, pos, scores, index + 1, {"assistant": float(from_assistant)})
+
+
+def candidates(canvas: Canvas, size: int, window: int) -> list[Tensor]:
+    """The first `window` blocks: each contiguous run of holes split into pieces of <= `size`."""
+    holes = canvas.holes.nonzero().squeeze(-1)  # (H,)
+    runs = torch.tensor_split(holes, (torch.diff(holes) > 1).nonzero().squeeze(-1).add(1).tolist())
+    return [piece for run in runs for piece in run.split(size)][:window]
+
+
+def run_assistant(decoder: Codila, logits: Tensor, blocks: list[Tensor], mask_id: int, temperature: float, rng: torch.Generator) -> list[tuple[Tensor, Tensor]]:
+    """(ids, entropies) of the assistant's decode of each block; blocks of one length share a batch."""
+    assistant = decoder.assistant
+    device = assistant.table.device
+    out: list[tuple[Tensor, Tensor]] = [None] * len(blocks)  # type: ignore[list-item]
+    for length in sorted({len(b) for b in blocks}):
+        group = [i for i, b in enumerate(blocks) if len(b) == length]
+        probs = marginals(logits[torch.stack([blocks[i] for i in group])].to(device), assistant.vocab)  # (N, B, vocab)
+        ids, entropies = decode(assistant, probs, temperature, rng, banned=mask_id)  # (N, B), (N, B)
+        for row, i in enumerate(group):
+            out[i] = (ids[row].cpu(), entropies[row].cpu())
+    return out
+
+
+def late(ids: Tensor, late_ids: tuple[int, ...]) -> Tensor:
+    """Which ids are to be committed last (Canvas.late_ids, e.g. end-of-text)."""
+    return torch.isin(ids, torch.tensor(late_ids, dtype=ids.dtype)) if late_ids else torch.zeros_like(ids, dtype=torch.bool)
+
+
+def static(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng: torch.Generator):
+    """The candidate block with the lowest mean entropy, whole; blocks holding a late id rank last."""
+    decoded = run_assistant(d, logits, blocks, canvas.mask_id, d.temperature, rng)
+    keys = [(bool(late(ids, canvas.late_ids).any()), float(ent.mean())) for ids, ent in decoded]
+    best = min(range(len(blocks)), key=keys.__getitem__)
+    return blocks[best], decoded[best][0], decoded[best][1], len(blocks[best])
+
+
+def prefix_length(entropies: Tensor, tau: float) -> int:
+    """The largest k with mean(entropies[:k]) <= tau (0 when none)."""
+    means = entropies.cumsum(0) / torch.arange(1, len(entropies) + 1)  # (B,)
+    ok = (means <= tau).nonzero()
+    return int(ok[-1]) + 1 if len(ok) else 0
+
+
+def dynamic(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng: torch.Generator):
+    """The longest low-entropy prefix of the leftmost block; one dLLM-confidence token when k < 2."""
+    (ids, ent), = run_assistant(d, logits, blocks[:1], canvas.mask_id, d.temperature, rng)
+    k = prefix_length(ent.masked_fill(late(ids, canvas.late_ids), math.inf), d.tau)
+    if k >= 2:
+        return blocks[0][:k], ids[:k], ent[:k], k
+    holes = torch.cat(blocks)  # (H,)
+    ids, conf = propose(d, logits[holes], canvas, rng)
+    best = conf.argmax().view(1)
+    return holes[best], ids[best], conf[best], 0
+
+
+def propose(d: Codila, rows: Tensor, canvas: Canvas, rng: torch.Generator) -> tuple[Tensor, Tensor]:
+    """The dLLM's own proposals and confidences for these rows, as the block decoders make them."""
+    ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), d.temperature, rng)  # (H,)
+    return ids.cpu(), sampling.confidence(rows, ids, canvas.late_ids).cpu()
+
+
+def penalize(conf: Tensor, dlm_top: Tensor, assistant_top: Tensor, penalty: float) -> Tensor:
+    """Confidence times 1 - penalty where the assistant's top-1 differs from the dLLM's."""
+    return torch.where(dlm_top == assistant_top, conf, conf * (1 - penalty))
+
+
+def verify(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng: torch.Generator):
+    """Threshold commits over the window's holes, with the assistant's disagreements penalised."""
+    holes = torch.cat(blocks)  # (H,)
+    rows = logits[holes]  # (H, V)
+    ids, conf = propose(d, rows, canvas, rng)
+    checked = torch.cat([ids for ids, _ in run_assistant(d, logits, blocks, canvas.mask_id, 0.0, rng)])  # greedy top-1s
+    conf = penalize(conf, sampling.without(rows, canvas.mask_id).argmax(-1).cpu(), checked, d.penalty)
+    pick = threshold_select(conf, d.threshold)
+    return holes[pick], ids[pick], conf[pick], int((ids[pick].cpu() == checked[pick]).sum())
+
+
+MODES = {"static": static, "dynamic": dynamic, "verify": verify}

@@ -1,0 +1,118 @@
+"""Mean-Field parallel decoding (arXiv 2606.15805): margins inhibited by pairwise similarity.
+
+Which holes of the block to commit is MAP inference in a binary pairwise MRF (docs/seeds.md
+section 2): unary c_i = top-1 minus top-2 log-probability, pairwise D_ij = 1 - JSD(pi_i, pi_j)/ln 2
+(holes with alike distributions inhibit each other), solved by R parallel mean-field updates
+q <- sigmoid(c - D q); the holes with q >= T are committed. No official code exists; every
+choice the digests leave open is a setting below, marked as ours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from .base import Block, Choice, Decoder, check, setting
+
+BUFFER = 1 << 21  # elements of each (pairs, V) working buffer of `overlaps`: 16 MiB in float64
+
+
+@dataclass(frozen=True)
+class MeanField(Decoder):
+    """Mean-Field: commit holes whose q = sigmoid(margin - D q) reaches tau, D = 1 - JSD/ln 2 between holes."""
+
+    block: int = setting(32, "holes per block; the pairwise cost grows with its square (S6's 32; paper UNVERIFIED)")
+    tau: float = setting(0.9, "T: q a hole needs to be committed (S6's 0.9; paper default UNVERIFIED)")
+    iterations: int = setting(2, "R: mean-field updates; the paper finds 2 converged")
+    normalize: Literal["max", "none"] = setting("max", "max: D /= its largest entry (S6's reading, UNVERIFIED; ours)")
+    init: Literal["sigmoid", "zero", "half"] = setting("sigmoid", "q before the updates: sigmoid(c), 0 or 1/2 (S6: sigmoid; ours)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.tau <= 1, "tau", self.tau, "must be in [0, 1]")
+        check(self.iterations >= 0, "iterations", self.iterations, "must be >= 0")
+        check(self.normalize in ("max", "none"), "normalize", self.normalize, "must be max or none")
+        check(self.init in ("sigmoid", "zero", "half"), "init", self.init, "must be sigmoid, zero or half")
+
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+        rows, q = select(logits, self.tau, self.iterations, self.normalize, self.init, late=conf == 0)
+        return Choice(rows, q[rows])
+
+
+def select(
+    logits: Tensor,
+    tau: float,
+    iterations: int,
+    normalize: str = "max",
+    init: str = "sigmoid",
+    late: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Rows to commit (q >= tau, at least argmax q) and q, for the (H, V) logits of the active holes.
+
+    `late` rows (proposals the canvas commits last, whose confidence the loop zeroed) get
+    commit score -inf, so q = 0: committed only when nothing else is left (our choice).
+    """
+    logp = sampling.log_probs(logits)  # (H, V) float64
+    top = logp.topk(min(2, logp.shape[-1]), dim=-1).values  # (H, 2)
+    c = top[:, 0] - top[:, -1]  # (H,) log-probability margin, equal to the top-2 logit gap
+    if late is not None:
+        c = c.masked_fill(late, -math.inf)
+    d = pairwise(logp.exp())  # (H, H)
+    if normalize == "max" and d.numel() and d.max() > 0:
+        d = d / d.max()  # S6: D / max_{i != j} D_ij; UNVERIFIED against the paper
+    q = iterate(c, d, iterations, init)  # (H,)
+    keep = q >= tau  # (H,)
+    keep[q.argmax()] = True  # the paper leaves an empty set open; S6 commits argmax q (our choice too)
+    return keep.nonzero().squeeze(-1), q
+
+
+def iterate(c: Tensor, d: Tensor, iterations: int, init: str) -> Tensor:
+    """R Jacobi mean-field updates q <- sigmoid(c - D q) from the chosen start."""
+    start = {"sigmoid": torch.sigmoid(c), "zero": torch.zeros_like(c), "half": torch.full_like(c, 0.5)}
+    q = start[init]  # (H,)
+    for _ in range(iterations):
+        q = torch.sigmoid(c - d @ q)  # (H,)
+    return q
+
+
+def pairwise(probs: Tensor, buffer: int = BUFFER) -> Tensor:
+    """D_ij = 1 - JSD(p_i, p_j) / ln 2 for the rows of `probs` (H, V); symmetric, zero diagonal, in [0, 1].
+
+    The pairs i < j are done in chunks so the working buffers stay (chunk, V) with
+    chunk * V <= `buffer`, even for a 152k vocabulary.
+    """
+    h = len(probs)
+    d = torch.zeros(h, h, dtype=probs.dtype, device=probs.device)  # (H, H)
+    i, j = torch.triu_indices(h, h, offset=1, device=probs.device)  # (P,), (P,)
+    if len(i):
+        d[i, j] = d[j, i] = torch.cat([overlaps(probs, a, b) for a, b in chunks(i, j, probs.shape[-1], buffer)])
+    return d
+
+
+def overlaps(probs: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """1 - JSD/ln 2 for each pair (a, b), written as sum_v m_v h2(p_v / (p_v + q_v)) with m = (p + q)/2.
+
+    Equal to the textbook H(m) - (H(p) + H(q))/2 form, but every term is >= 0 and a token in only
+    one support adds exactly 0, so disjoint rows give D = 0 rather than rounding noise that max
+    normalisation would blow up to 1.
+    """
+    p, q = probs[a], probs[b]  # (chunk, V) copies
+    s = (p + q).clamp_min_(torch.finfo(probs.dtype).tiny)  # (chunk, V); 0/0 would be nan
+    bits = torch.special.xlogy(p, p / s).add_(torch.special.xlogy(q, q / s))  # (chunk, V) <= 0
+    return (-bits.sum(-1) / (2 * math.log(2))).clamp_(0, 1)  # (chunk,)
+
+
+def chunks(i: Tensor, j: Tensor, vocab: int, buffer: int) -> list[tuple[Tensor, Tensor]]:
+    """The pair index lists cut so that each chunk's (pairs, vocab) buffer has <= `buffer` elements."""
+    size = pairs_per_chunk(vocab, buffer)
+    return list(zip(i.split(size), j.split(size)))
+
+
+def pairs_per_chunk(vocab: int, buffer: int) -> int:
+    """Pairs whose (pairs, vocab) rows fit in a buffer of `buffer` elements (at least one)."""
+    return max(1, buffer // vocab)

@@ -1,0 +1,246 @@
+"""Held-out infilling evaluation: deterministic tasks from the held-out stdlib files, scored.
+
+Tasks (known span length; the model sees the file through spans.py's context window):
+  line  - one non-blank line;
+  lines - 2 to 5 lines starting at a non-blank line;
+  span  - a random run of 1-32 tokens inside 1-3 lines (ASCII lines; a ⟦fill:N⟧ marker).
+Metrics per task: exact match of the whole output text, token accuracy (hole ids against the
+ids of the original text, position by position) and syntax-valid (no new breakage, as
+syntax.breakage counts it). Line tasks also score two trivial baselines that every report
+shows beside the model: delete the lines, and copy the lines above in their place.
+
+Stream first: `run_tasks` yields one record per task; `summarize` folds records into rates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from . import fill, spans, syntax
+from .models.base import Dlm
+
+KINDS = ("line", "lines", "span")
+LANG = "python"
+MARKER = "⟦fill:{}⟧"
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: str  # one of KINDS
+    path: str  # held-out file, relative to the stdlib
+    start: int  # hole is text[start:end] of the file
+    end: int
+    lines: tuple[int, int]  # 1-based inclusive lines the hole touches
+
+
+def heldout_files() -> dict[str, str]:
+    """relative path -> text of the held-out split (train.py's corpus rules)."""
+    from . import train
+
+    files = train.corpus_files(train.stdlib_root(train.TrainConfig()))
+    return train.split(files)[1]
+
+
+def line_offsets(text: str) -> list[int]:
+    """Char offset where each line starts (index 0 = line 1), plus len(text) at the end."""
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    return starts if starts[-1] == len(text) else starts + [len(text)]
+
+
+def make_tasks(files: Mapping[str, str], kind: str, n: int, seed: int = 0, tokenizer=None) -> list[Task]:
+    """`n` tasks of `kind`, the same for the same files and seed ("span" needs a tokenizer)."""
+    rng = random.Random(f"{kind}:{seed}")
+    candidates = [(path, i) for path in sorted(files) for i, line in enumerate(files[path].split("\n")) if line.strip()]
+    tasks, seen = [], set()
+    for path, i in rng.sample(candidates, len(candidates)):
+        task = _task(kind, path, files[path], i, rng, tokenizer)
+        if task and (task.path, task.start, task.end) not in seen:
+            seen.add((task.path, task.start, task.end))
+            tasks.append(task)
+        if len(tasks) == n:
+            break
+    return tasks
+
+
+def _task(kind: str, path: str, text: str, i: int, rng: random.Random, tokenizer) -> Task | None:
+    offsets = line_offsets(text)
+    n_lines = len(offsets) - 1
+    if kind in ("line", "lines"):
+        k = 1 if kind == "line" else rng.randint(2, 5)
+        if i + k > n_lines:
+            return None
+        return Task(kind, path, *spans.line_span(text, (i + 1, i + k)), (i + 1, i + k))
+    return _span_task(path, text, offsets, i, rng, tokenizer)
+
+
+def _span_task(path: str, text: str, offsets: list[int], i: int, rng: random.Random, tokenizer) -> Task | None:
+    k = rng.randint(1, 3)
+    if i + k >= len(offsets):
+        return None
+    a, b = offsets[i], offsets[i + k] - 1
+    piece = text[a:b]
+    ids = tokenizer.encode(piece)
+    if not piece.isascii() or len(ids) < 2:
+        return None
+    length = rng.randint(1, min(32, len(ids) - 1))
+    j = rng.randint(0, len(ids) - length)
+    s, e = len(tokenizer.decode(ids[:j])), len(tokenizer.decode(ids[: j + length]))
+    if not piece[s:e].strip():
+        return None
+    return Task("span", path, a + s, a + e, (i + 1, i + k))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str
+    path: str
+    lines: tuple[int, int]
+    exact: bool
+    correct: int  # hole tokens equal to the original's
+    total: int  # tokens in the hole
+    syntax_ok: bool  # no new breakage
+    calls: int
+    seconds: float
+    target: str
+    output: str  # the text the model put in the hole
+    delete_ok: bool | None = None  # baseline: lines removed
+    copy_ok: bool | None = None  # baseline: lines replaced by the lines above
+    copy_exact: bool | None = None
+
+
+def known_length(dlm: Dlm) -> Dlm:
+    """The model with [PAD] never proposed: a hole of known length has no room for padding
+    (pads are for over-allocated `--length auto` holes). Our choice for this evaluation."""
+    if dlm.pad_id is None:
+        return dlm
+
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        logits = dlm.predict(tokens).clone()  # (L, V)
+        logits[:, dlm.pad_id] = float("-inf")
+        return logits
+
+    return dataclasses.replace(dlm, predict=predict)
+
+
+def run_task(task: Task, text: str, dlm: Dlm, decoder: str, options: Mapping[str, Any] | None = None) -> Outcome:
+    """Fill one task's hole with `decoder` and score it."""
+    target = text[task.start : task.end]
+    truth = dlm.tokenizer.encode(target)
+    if task.kind == "span":
+        source = text[: task.start] + MARKER.format(max(1, len(truth))) + text[task.end :]
+        job = fill.prepare_infill(source, None, dlm=dlm, decoder=decoder, options=options)
+    else:
+        job = fill.prepare_infill(text, task.lines, dlm=dlm, decoder=decoder, options=options)
+    start = time.perf_counter()
+    result = job.run()
+    seconds = time.perf_counter() - start
+    ids = result.ids[: len(truth)]
+    output = result.text[task.start : len(result.text) - (len(text) - task.end)]
+    base = baselines(task, text) if task.kind != "span" else {}
+    return Outcome(
+        kind=task.kind, path=task.path, lines=task.lines, exact=result.text == text,
+        correct=sum(a == b for a, b in zip(ids, truth)), total=len(truth),
+        syntax_ok=not syntax.breakage(text, result.text, LANG).broken,
+        calls=result.calls, seconds=seconds, target=target, output=output, **base,
+    )  # fmt: skip
+
+
+def baselines(task: Task, text: str) -> dict[str, bool]:
+    """Delete the lines; or put the k lines above in place of the k lines."""
+    offsets = line_offsets(text)
+    first, last = task.lines
+    k = last - first + 1
+    deleted = text[: offsets[first - 1]] + text[min(len(text), offsets[last]) :]
+    above = text[offsets[max(0, first - 1 - k)] : offsets[first - 1]].removesuffix("\n") if first > 1 else ""
+    copied = text[: task.start] + above + text[task.end :]
+    return {
+        "delete_ok": not syntax.breakage(text, deleted, LANG).broken,
+        "copy_ok": not syntax.breakage(text, copied, LANG).broken,
+        "copy_exact": copied == text,
+    }
+
+
+def run_tasks(tasks: Iterable[Task], files: Mapping[str, str], dlm: Dlm, decoder: str, options=None) -> Iterator[Outcome]:
+    for task in tasks:
+        yield run_task(task, files[task.path], dlm, decoder, options)
+
+
+def summarize(outcomes: Iterable[Outcome]) -> dict[str, Any]:
+    """Rates over outcomes; `exact_no_encodings` leaves out the generated charmap tables."""
+    rows = list(outcomes)
+    if not rows:
+        return {"n": 0}
+    rate = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+    plain = [r for r in rows if not r.path.startswith("encodings/")]
+    summary = {
+        "n": len(rows),
+        "exact": rate([r.exact for r in rows]),
+        "exact_no_encodings": rate([r.exact for r in plain]),
+        "token_accuracy": round(sum(r.correct for r in rows) / max(1, sum(r.total for r in rows)), 4),
+        "syntax_ok": rate([r.syntax_ok for r in rows]),
+        "tpf": round(sum(r.total for r in rows) / max(1, sum(r.calls for r in rows)), 3),
+        "seconds_per_task": round(sum(r.seconds for r in rows) / len(rows), 3),
+    }
+    if rows[0].delete_ok is not None:
+        summary |= {
+            "baseline_delete_syntax_ok": rate([r.delete_ok for r in rows]),
+            "baseline_copy_syntax_ok": rate([r.copy_ok for r in rows]),
+            "baseline_copy_exact": rate([r.copy_exact for r in rows]),
+        }
+    return summary
+
+
+DEFAULT_SUITE = {"line": 200, "lines": 100, "span": 100}  # tasks per kind (the trial used 200 / 100)
+DEFAULT_DECODERS = {"low-confidence": {}, "threshold": {"tau": 0.9}}  # the issue's two decoders
+
+
+def evaluate(
+    dlm: Dlm,
+    decoders: Mapping[str, Mapping[str, Any]] = DEFAULT_DECODERS,
+    suite: Mapping[str, int] = DEFAULT_SUITE,
+    seed: int = 0,
+    ban_pad: bool = True,
+) -> Iterator[dict[str, Any]]:
+    """For each decoder and task kind: one record per task, then a summary record."""
+    files = heldout_files()
+    dlm = known_length(dlm) if ban_pad else dlm
+    for kind, n in suite.items():
+        tasks = make_tasks(files, kind, n, seed, dlm.tokenizer)
+        for name, options in decoders.items():
+            outcomes = []
+            for outcome in run_tasks(tasks, files, dlm, name, options):
+                outcomes.append(outcome)
+                yield {"event": "task", "decoder": name, **asdict(outcome)}
+            yield {"event": "summary", "decoder": name, "kind": kind, **summarize(outcomes)}
+
+
+def main(args: list[str]) -> None:
+    """`python -m dlmcode.heldout [MODEL_DIR] [line=N lines=N span=N]`: summaries as JSON lines."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from .models import builtin
+
+    torch.set_num_threads(2)
+    path = Path(args[0]) if args and "=" not in args[0] else Path(__file__).parent / "weights" / "builtin"
+    suite = {k: int(v) for k, v in (a.split("=") for a in args if "=" in a)} or DEFAULT_SUITE
+    dlm = builtin.load(path, torch.device("cpu"), torch.float32)
+    for record in evaluate(dlm, suite=suite):
+        if record["event"] == "summary":
+            print(json.dumps(record), flush=True)
+        else:
+            print(json.dumps({k: record[k] for k in ("decoder", "kind", "path", "exact", "syntax_ok", "target", "output")}), file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

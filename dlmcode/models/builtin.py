@@ -1,0 +1,224 @@
+"""The built-in dLLM: a small bidirectional transformer trained here as a masked diffusion LM.
+
+Owns the architecture (pre-norm, RoPE, SDPA without a mask, tied embeddings, no biases), its
+config.json, and the family adapter (`matches`, `load`, `save`). A custom module rather than
+ModernBERT because block decoding uses a prefix/dual KV cache (models/cache.py), and
+ModernBERT's alternating local/global attention and unpadding make that impractical; here
+every layer's k/v come from one method (`Attention.project`) and pass through the cache's
+`join` before attention.
+Loading does not import transformers: torch, safetensors and tokenizers only (< 5 s on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import cache as kvcache
+from .base import Dlm
+
+MODEL_TYPE = "dlmcode"
+ARCHITECTURE = "DlmcodeDiffusionLM"
+SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # ids 0..3, in this order
+
+
+@dataclass(frozen=True)
+class BuiltinConfig:
+    vocab_size: int = 4096  # byte-level BPE incl. the 4 special tokens
+    dim: int = 256  # model width
+    n_layers: int = 6  # transformer blocks
+    n_heads: int = 4  # attention heads (head dim = dim / n_heads)
+    ffn_mult: int = 4  # MLP hidden = ffn_mult * dim
+    context: int = 256  # longest canvas trained on
+    rope_theta: float = 10000.0  # RoPE base
+    norm_eps: float = 1e-5  # RMSNorm epsilon
+    pad_id: int = 0  # [PAD]: filler after the content of an over-allocated hole
+    mask_id: int = 1  # [MASK]: a hole
+    bos_id: int = 2  # [BOS]: start of a file
+    eos_id: int = 3  # [EOS]: end of a file
+
+    def to_json(self) -> dict:
+        return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> BuiltinConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def rope_tables(length: int, head_dim: int, theta: float, device: torch.device, start: int = 0) -> tuple[Tensor, Tensor]:
+    """cos/sin of the rotary angles for positions start..start+length-1 (RoFormer, Su et al. 2021)."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
+    ang = torch.outer(pos, inv)  # (L, hd/2)
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate halves of the head dim: x (B, H, L, hd), cos/sin (L, hd/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: BuiltinConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v with RoPE applied, each (B, H, L, hd): the one place a KV cache hooks in."""
+        b, length, d = x.shape
+        q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None) -> Tensor:
+        q, k, v = self.project(x, cos, sin)
+        if cache is not None:  # a KV cache (models/cache.py) joins them with the kept k/v of the positions not run
+            k, v = cache.join(k, v)
+        y = F.scaled_dot_product_attention(q, k, v)  # (B, H, L, hd), bidirectional: no mask
+        return self.out(y.transpose(1, 2).reshape(x.shape))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: BuiltinConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.norm2 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
+        self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None) -> Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, cache)
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class DlmcodeDiffusionLM(nn.Module):
+    """ids (B, L) -> hidden (B, L, D); `logits` applies the tied output head."""
+
+    def __init__(self, cfg: BuiltinConfig, init_weights: bool = True) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        if init_weights:  # off when loading weights
+            self.init_weights()
+
+    def init_weights(self) -> None:
+        cfg = self.cfg
+        self.apply(self._init)
+        for block in self.blocks:  # GPT-2 scaled init of the residual projections
+            std = 0.02 / math.sqrt(2 * cfg.n_layers)
+            nn.init.normal_(block.attn.out.weight, std=std)
+            nn.init.normal_(block.down.weight, std=std)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def hidden(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None) -> Tensor:
+        """Hidden states of ids at positions start.. (a KV cache runs part of the canvas)."""
+        cos, sin = rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
+        x = self.embed(ids)  # (B, L, D)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, None if kv is None else kv.layer(i))
+        return self.norm(x)
+
+    def logits(self, h: Tensor) -> Tensor:
+        return h @ self.embed.weight.t()  # (..., V), tied head
+
+    def forward(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None) -> Tensor:
+        return self.logits(self.hidden(ids, start, kv))  # (B, L, V)
+
+
+class BuiltinTokenizer:
+    """`tokenizers` byte-level BPE behind the encode/decode protocol of models.base."""
+
+    def __init__(self, tok) -> None:  # tok: tokenizers.Tokenizer
+        self.tok = tok
+        self.tok.encode_special_tokens = True  # "[MASK]" written in source code is text, not a hole
+
+    @classmethod
+    def from_file(cls, path: Path) -> BuiltinTokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(path)))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    def save(self, path: Path) -> None:
+        self.tok.save(str(path))
+
+
+def matches(config: dict) -> bool:
+    return config.get("model_type") == MODEL_TYPE or ARCHITECTURE in config.get("architectures", [])
+
+
+def save(model: DlmcodeDiffusionLM, tokenizer: BuiltinTokenizer, path: Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write config.json, model.safetensors (in `dtype`) and tokenizer.json into `path`."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(model.cfg.to_json(), indent=2) + "\n")
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / "model.safetensors").chmod(0o644)  # safetensors writes 0600; the wheel ships it
+    tokenizer.save(path / "tokenizer.json")
+
+
+def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> DlmcodeDiffusionLM:
+    from safetensors.torch import load_file
+
+    cfg = BuiltinConfig.from_json(json.loads((Path(path) / "config.json").read_text()))
+    model = DlmcodeDiffusionLM(cfg, init_weights=False)  # not on "meta": that imports torch._refs (seconds)
+    state = load_file(str(Path(path) / "model.safetensors"))
+    model.load_state_dict(state)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def make_predict(model: DlmcodeDiffusionLM):
+    device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def predict(tokens: Tensor) -> Tensor:
+        ids = tokens.to(device=device, dtype=torch.long)[None]  # (1, L)
+        return model(ids)[0].float()  # (L, V)
+
+    return predict
+
+
+def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
+    """The family adapter: a Dlm over the weights in `path` (no remote code is ever needed)."""
+    model = load_model(path, device, dtype)
+    cfg = model.cfg
+    return Dlm(
+        name=str(path),
+        family="builtin",
+        tokenizer=BuiltinTokenizer.from_file(Path(path) / "tokenizer.json"),
+        mask_id=cfg.mask_id,
+        eos_id=cfg.eos_id,
+        pad_id=cfg.pad_id,
+        bos_id=cfg.bos_id,
+        context=cfg.context,
+        predict=make_predict(model),
+        device=device,
+        dtype=dtype,
+        special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
+        cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
+    )

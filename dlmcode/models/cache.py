@@ -1,0 +1,195 @@
+"""Prefix and dual KV caches for semi-autoregressive block decoding, behind `predict` (DESIGN.md).
+
+Fast-dLLM (arXiv 2505.22618, Sec. 3.2): at a block's first call, run every position and keep
+each layer's keys and values. The prefix cache then runs only the positions from the block's
+start to the end of the canvas, attending to the kept k/v of the positions before it; the
+dual cache runs only the block, attending to the kept k/v on both sides. For a bidirectional
+model this is an approximation: the kept k/v were computed while the block still held holes.
+
+Decoders never know. A cached predict works the block out from the canvas itself: on a new
+canvas it splits the holes, in position order, into runs of `block` holes, exactly as
+decoders/base.blocks() does, and the active block is the run holding the first hole. It runs
+every position (a refresh) when the active block changes, when a token outside the positions
+it would run has changed since it last ran them (another canvas, or a decoder that commits
+outside the block), and, if `refresh` > 0, after that many calls (1: every call, which is
+exactly the uncached model). Logit rows it did not run hold their last computed values.
+
+A model is cacheable when it is a `Runner`: it runs ids at positions start.. and passes each
+layer's new k/v through `kv.layer(i).join(k, v)` before attention (builtin.Attention,
+native.attend).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import Tensor
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from .base import Dlm
+
+MODES = ("none", "prefix", "dual")
+
+
+class Runner(Protocol):
+    def __call__(self, ids: Tensor, start: int = 0, kv: KV | None = None) -> Tensor: ...  # (1, n) -> (1, n, V)
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How a cached predict runs (the CLI's --cache and --cache-refresh)."""
+
+    mode: str = "none"  # none | prefix (keep k/v before the block) | dual (also after it)
+    block: int = 0  # holes per block: the decoder's `block` setting (0 = all holes are one block)
+    refresh: int = 0  # run every position at least every N calls; 0 = only when the block moves (Fast-dLLM), 1 = every call
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"--cache {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.refresh < 0 or self.block < 0:
+            raise UsageError(f"--cache-refresh {self.refresh}: give 0 (at block changes only) or a number of calls")
+
+
+class KV:
+    """Each layer's keys and values for every canvas position, as last computed, and what the call runs."""
+
+    def __init__(self) -> None:
+        self.k: dict[int, Tensor] = {}  # layer -> (B, Hkv, L, hd)
+        self.v: dict[int, Tensor] = {}
+        self.span: tuple[int, int] | None = None  # positions this call runs; None: all of them (keep what they give)
+
+    def layer(self, i: int) -> LayerKV:
+        return LayerKV(self, i)
+
+
+@dataclass(frozen=True)
+class LayerKV:
+    kv: KV
+    i: int
+
+    def join(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k/v (B, Hkv, n, hd) of the positions this call runs -> k/v of every position (B, Hkv, L, hd)."""
+        kv = self.kv
+        if kv.span is None:  # a full run: attention sees exactly these, as without a cache
+            kv.k[self.i], kv.v[self.i] = k, v
+            return k, v
+        a, b = kv.span
+        kv.k[self.i][:, :, a:b] = k  # the freshest k/v of these positions, for later calls
+        kv.v[self.i][:, :, a:b] = v
+        return kv.k[self.i], kv.v[self.i]
+
+
+def block_spans(holes: Tensor, size: int) -> list[tuple[int, int]]:
+    """[first, last + 1) position of each run of `size` holes (0: one run), as decoders/base.blocks splits them."""
+    runs = holes.split(size) if size > 0 else [holes]
+    return [(int(r[0]), int(r[-1]) + 1) for r in runs if r.numel()]
+
+
+class CachedPredict:
+    """A Predict over a Runner that reuses k/v across the calls of a block (see the module docstring)."""
+
+    def __init__(
+        self,
+        run: Runner,
+        settings: CacheSettings,
+        mask_id: int,
+        device: torch.device,
+        align: Callable[[Tensor], Tensor] | None = None,
+        lookback: int = 0,
+    ) -> None:
+        self.run, self.settings, self.mask_id, self.device = run, settings, mask_id, device
+        self.align = align  # undoes a logit shift on the (L, V) logits (Dream)
+        self.lookback = lookback  # extra positions run before the block: Dream scores position i from hidden state i - 1
+        self.kv = KV()
+        self.logits: Tensor | None = None  # (L, V) last computed logits of every position, unaligned
+        self.seen: Tensor | None = None  # (L,) tokens at the last refresh: when each position outside the span last ran
+        self.prev: Tensor | None = None  # (L,) tokens at the previous call
+        self.spans: list[tuple[int, int]] = []  # the blocks of the current canvas
+        self.span: tuple[int, int] | None = None  # positions the cached calls run
+        self.age = 0  # cached calls since the last refresh
+        self.full_calls = self.cached_calls = 0  # counters, for the speed bench and tests
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        ids = tokens.to(self.device, torch.long)  # (L,)
+        with torch.inference_mode():
+            if not self.continues(ids):  # a new decode: split its holes into blocks and start afresh
+                self.spans, self.logits = block_spans((ids == self.mask_id).nonzero().squeeze(-1), self.settings.block), None
+            self.prev = ids.clone()
+            span = self.plan(ids)
+            if span is None:
+                self.refresh(ids)
+            else:
+                self.partial(ids, span)
+            logits = self.logits if self.align is None else self.align(self.logits)
+        return logits.to(torch.float32, copy=True)  # made outside inference mode: callers may edit it in place
+
+    def plan(self, ids: Tensor) -> tuple[int, int] | None:
+        """The positions to run for `ids`, or None to run them all."""
+        if self.settings.mode == "none" or self.logits is None:
+            return None
+        if self.settings.refresh and self.age + 1 >= self.settings.refresh:
+            return None
+        span = self.active(ids)
+        if span is None or span != self.span:
+            return None
+        a, b = span
+        same_before = torch.equal(ids[:a], self.seen[:a])
+        return span if same_before and (b == len(ids) or torch.equal(ids[b:], self.seen[b:])) else None
+
+    def active(self, ids: Tensor) -> tuple[int, int] | None:
+        """Positions of the block holding the first hole, widened as the mode runs them; None when it is unknown."""
+        first = (ids == self.mask_id).nonzero()
+        if first.numel() == 0:
+            return None
+        h = int(first[0])
+        block = next(((a, b) for a, b in self.spans if a <= h < b), None)
+        if block is None:
+            return None
+        a = max(0, block[0] - self.lookback)
+        return (a, len(ids)) if self.settings.mode == "prefix" else (a, block[1])
+
+    def refresh(self, ids: Tensor) -> None:
+        """Run every position and keep the k/v of all of them."""
+        self.kv.span = None
+        self.logits = self.run(ids[None], 0, self.kv)[0]  # (L, V)
+        self.seen = ids.clone()
+        self.span = self.active(ids)
+        self.age = 0
+        self.full_calls += 1
+
+    def continues(self, ids: Tensor) -> bool:
+        """Whether `ids` is the previous call's canvas with some holes committed since (holes never reopen in a decode).
+
+        Anything else starts afresh, so a decode never depends on what ran before it.
+        """
+        if self.prev is None or len(ids) != len(self.prev):
+            return False
+        kept = self.prev != self.mask_id  # (L,)
+        return torch.equal(ids[kept], self.prev[kept])
+
+    def partial(self, ids: Tensor, span: tuple[int, int]) -> None:
+        """Run only positions span[0]..span[1]-1; every other position's k/v come from the cache."""
+        a, b = span
+        self.kv.span = span
+        self.logits[a:b] = self.run(ids[None, a:b], a, self.kv)[0]  # (b - a, V)
+        self.age += 1
+        self.cached_calls += 1
+
+
+def attach(dlm: Dlm, mode: str = "none", refresh: int = 0, block: int = 0) -> Dlm:
+    """`dlm` with a fresh cached predict for one decode job (mode "none": `dlm` itself).
+
+    `block` is the decoder's block setting, so the cache's blocks are the decoder's.
+    """
+    settings = CacheSettings(mode, block, refresh)
+    if mode == "none":
+        return dlm
+    if dlm.cached is None:
+        raise UsageError(f"--cache {mode}: model {dlm.name!r} ({dlm.family}) has no KV cache; the builtin, llada and dream families do")
+    return dataclasses.replace(dlm, predict=dlm.cached(settings))

@@ -1,0 +1,174 @@
+"""What dlmcode's own implementations of published dLLM architectures (native_llada, native_dream) share.
+
+The layers every Llama-style bidirectional transformer here is built from (RMSNorm, RoPE
+attention through PyTorch SDPA with the KV-cache hook of models/cache.py, the SiLU-gated
+MLP), reading a checkpoint folder's safetensors shards onto a module built on the meta
+device, the predict function over such a module, and NotNative: the reason a folder is not
+one the native code runs, which the family adapters turn into their one clear error.
+No transformers import here: torch and safetensors only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..canvas import Predict
+from ..errors import ModelError
+from .builtin import apply_rope
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+IGNORED = ("rotary_emb.inv_freq",)  # non-persistent buffers some older checkpoints saved anyway
+
+
+class NotNative(Exception):
+    """A model folder the native implementation cannot run; the message says why, in a few words."""
+
+
+def need(config: dict, key: str) -> Any:
+    if config.get(key) is None:
+        raise NotNative(f"config.json has no {key}")
+    return config[key]
+
+
+def require(config: dict, key: str, supported: Any, default: Any) -> None:
+    """Refuse a configuration option the native code does not implement (absent means the reference's default)."""
+    value = config.get(key, default)
+    if value != supported:
+        raise NotNative(f"{key}={value!r} is not supported (only {supported!r})")
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32 and cast back before the weight, as LLaDA's RMSLayerNorm and Qwen2's do."""
+
+    def __init__(self, dim: int, eps: float, bias: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = self.weight * h.to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
+def split_heads(x: Tensor, n: int) -> Tensor:
+    """(B, L, n * hd) -> (B, n, L, hd)."""
+    b, length, _ = x.shape
+    return x.view(b, length, n, -1).transpose(1, 2)
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor, fp32: bool) -> Tensor:
+    """RoPE on (B, H, L, hd); `fp32` rotates in at least float32 and casts back (LLaDA's rope_full_precision)."""
+    if not fp32:
+        return apply_rope(x, cos, sin)
+    return apply_rope(x.to(torch.promote_types(x.dtype, torch.float32)), cos, sin).to(x.dtype)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any = None) -> Tensor:
+    """Bidirectional SDPA, no mask: q (B, H, n, hd), k/v (B, Hkv, n, hd) -> (B, n, H * hd).
+
+    With a cache (models/cache.py) the call computes only some positions: their k/v join
+    the cached k/v of every other position of the canvas.
+    """
+    if cache is not None:
+        k, v = cache.join(k, v)  # (B, Hkv, L, hd)
+    y = F.scaled_dot_product_attention(q, k, v, enable_gqa=k.shape[1] != q.shape[1])  # (B, H, n, hd)
+    return y.transpose(1, 2).flatten(2)
+
+
+def gated_mlp(gate: nn.Linear, up: nn.Linear, down: nn.Linear, x: Tensor) -> Tensor:
+    """down(silu(gate(x)) * up(x)): Llama's MLP (LLaDA calls gate ff_proj and down ff_out)."""
+    return down(F.silu(gate(x)) * up(x))
+
+
+def shard_files(path: Path) -> list[Path]:
+    """The safetensors files of a folder: the shards its index names, or the single model.safetensors."""
+    index = path / INDEX
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ModelError(f"model folder {path}: cannot read {INDEX} ({type(err).__name__}: {err})") from None
+        missing = [n for n in names if not (path / n).is_file()]
+        if missing:
+            raise ModelError(f"model folder {path}: {INDEX} names shards that are not there: {', '.join(missing[:3])}")
+        return [path / n for n in names]
+    if (path / SINGLE).is_file():
+        return [path / SINGLE]
+    raise NotNative("no safetensors weights (native loading reads model.safetensors or its index)")
+
+
+def read_state(path: Path, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+    """Every tensor of the folder's shards, on `device` in `dtype`."""
+    from safetensors import safe_open
+
+    state = {}
+    for file in shard_files(path):
+        with safe_open(str(file), framework="pt", device=str(device)) as f:
+            for key in f.keys():
+                if not key.endswith(IGNORED):
+                    state[key] = f.get_tensor(key).to(dtype)
+    return state
+
+
+def load_weights(module: nn.Module, state: dict[str, Tensor], path: Path, tied: dict[str, str] | None = None) -> nn.Module:
+    """Assign `state` to a module built on the meta device; names must match exactly.
+
+    `tied` maps a parameter to the one it shares storage with when the checkpoint omits it
+    (an output head tied to the embedding).
+    """
+    for name, source in (tied or {}).items():
+        if name not in state and source in state:
+            state[name] = state[source]
+    expected = set(module.state_dict())
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        parts = [f"missing {', '.join(missing[:3])}" if missing else "", f"unexpected {', '.join(unexpected[:3])}" if unexpected else ""]
+        raise NotNative(f"its weights are not the published layout ({'; '.join(p for p in parts if p)})")
+    wrong = [k for k, p in module.state_dict().items() if tuple(p.shape) != tuple(state[k].shape)]
+    if wrong:
+        k = wrong[0]
+        raise ModelError(f"model folder {path}: weight {k} has shape {tuple(state[k].shape)}, config.json implies {tuple(module.state_dict()[k].shape)}")
+    module.load_state_dict(state, assign=True, strict=True)
+    return module.eval()
+
+
+def make_predict(model: nn.Module, align: Callable[[Tensor], Tensor] | None = None) -> Predict:
+    """(L,) ids -> (L, V) float32 logits; `align` undoes a logit shift (Dream)."""
+    device = next(model.parameters()).device
+
+    def predict(tokens: Tensor) -> Tensor:
+        with torch.inference_mode():
+            logits = model(tokens.to(device, torch.long)[None])[0]  # (L, V)
+            logits = align(logits) if align else logits
+        return logits.to(torch.float32, copy=True)  # made outside inference mode: callers may edit it in place
+
+    return predict
+
+
+def not_native_error(name: str, family: str, reason: str) -> ModelError:
+    """The one clear error when a family folder is not one the native code runs and remote code was not allowed."""
+    from importlib.metadata import version
+
+    from . import hf
+
+    note = ""
+    if hf.transformers_major() >= 5:  # the remote code is the way out, and it needs transformers 4 (docs/field.md A.4)
+        note = (
+            f"; that code was written for transformers 4.x and breaks under the installed {version('transformers')}"
+            f" (AttributeError 'all_tied_weights_keys'), so run it in a separate environment with `{hf.TRANSFORMERS_4}`"
+        )
+    return ModelError(
+        f"model {name!r} is {family}, but not one dlmcode's native {family} runs ({reason}):"
+        f" pass --trust-remote-code to run its published modelling code instead{note}"
+    )

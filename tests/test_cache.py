@@ -1,0 +1,253 @@
+"""The prefix/dual KV cache behind predict: exact when it refreshes every call, runs only the block otherwise,
+works the block out from the canvas, and never lets one decode depend on another."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from dlmcode import fill, models
+from dlmcode.canvas import Canvas, last
+from dlmcode.decoders import build
+from dlmcode.errors import UsageError
+from dlmcode.models import cache, dream, native_dream, native_llada
+from dlmcode.models.builtin import BuiltinConfig, DlmcodeDiffusionLM
+
+CPU = torch.device("cpu")
+MASK = 63
+
+
+class Spy:
+    """A Runner that records (start, positions run) of every call."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.runs = model, []
+
+    def __call__(self, ids, start=0, kv=None):
+        self.runs.append((start, ids.shape[1]))
+        return self.model(ids, start, kv)
+
+
+def randomize(model: torch.nn.Module) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_((1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=g) * (0.3 if p.dim() == 1 else 0.2))
+    return model.eval()
+
+
+def builtin_model() -> DlmcodeDiffusionLM:
+    return randomize(DlmcodeDiffusionLM(BuiltinConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, mask_id=MASK)))
+
+
+def llada_model() -> native_llada.LladaLM:
+    cfg = {"block_type": "llama", "layer_norm_type": "rms", "activation_type": "silu", "rope": True, "d_model": 32,
+           "n_heads": 4, "n_kv_heads": 2, "n_layers": 2, "mlp_hidden_size": 48, "vocab_size": 64, "weight_tying": False}
+    return randomize(native_llada.LladaLM(native_llada.LladaConfig.from_json(cfg)))
+
+
+def dream_model() -> native_dream.DreamLM:
+    cfg = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+           "intermediate_size": 48, "vocab_size": 64, "rope_theta": 1e6}
+    return randomize(native_dream.DreamLM(native_dream.DreamConfig.from_json(cfg)))
+
+
+ARCHS = {  # name -> (model, align, lookback) as the family adapters wire them
+    "builtin": (builtin_model, None, 0),
+    "llada": (llada_model, None, 0),
+    "dream": (dream_model, dream.align, 1),
+}
+
+
+def cached(arch: str, mode: str, block: int, refresh: int = 0, spy: bool = False):
+    make, align, lookback = ARCHS[arch]
+    model = make()
+    run = Spy(model) if spy else model
+    return model, cache.CachedPredict(run, cache.CacheSettings(mode, block, refresh), MASK, CPU, align, lookback)
+
+
+def uncached(model: torch.nn.Module, align=None):
+    def predict(tokens):
+        with torch.inference_mode():
+            logits = model(tokens[None])[0]
+            return (align(logits) if align else logits).float().clone()
+
+    return predict
+
+
+def canvas(prompt: int = 10, holes: int = 12, suffix: int = 0) -> Canvas:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.cat([torch.randint(0, 60, (prompt,), generator=g), torch.full((holes,), MASK), torch.randint(0, 60, (suffix,), generator=g)])
+    return Canvas(ids, MASK)
+
+
+def decode(predict, c: Canvas, decoder: str = "low-confidence", **options):
+    return last(build(decoder, options)(c, predict, torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_refresh_every_call_is_exactly_the_uncached_model(arch, mode):
+    model, pr = cached(arch, mode, block=4, refresh=1)
+    plain = uncached(model, ARCHS[arch][1])
+
+    def both(tokens):
+        got = pr(tokens)
+        assert torch.equal(got, plain(tokens))
+        return got
+
+    final = decode(both, canvas(suffix=3), block=4)
+    assert torch.equal(final.canvas.tokens, decode(plain, canvas(suffix=3), block=4).canvas.tokens)
+    assert pr.cached_calls == 0 and pr.full_calls == final.calls
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_a_cached_call_on_an_unchanged_canvas_equals_the_full_run(arch, mode):
+    model, pr = cached(arch, mode, block=4)
+    c = canvas(suffix=3)
+    full = pr(c.tokens)
+    again = pr(c.tokens)  # the same canvas: every kept k/v is exactly what a full run would compute
+    assert pr.cached_calls == 1
+    torch.testing.assert_close(again[10:14], full[10:14], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("mode", "runs"), [("prefix", (10, 15)), ("dual", (10, 4))])
+def test_block_start_runs_everything_then_only_the_blocks_positions(mode, runs):
+    _, pr = cached("builtin", mode, block=4, spy=True)
+    final = decode(pr, canvas(suffix=3), block=4)  # 12 holes, 3 blocks, one commit a call
+    assert final.calls == 12 and (pr.full_calls, pr.cached_calls) == (3, 9)
+    spy = pr.run.runs
+    assert spy[0] == (0, 25) and spy[1] == runs  # a full run at the block's start, then positions 10.. (prefix) or 10..13 (dual)
+    assert [s for s, _ in spy[4:8]] == [0, 14, 14, 14]  # the second block starts with a full run
+
+
+def test_dream_runs_one_position_before_the_block():
+    _, pr = cached("dream", "dual", block=4, spy=True)
+    decode(pr, canvas(), block=4)
+    assert pr.run.runs[1] == (9, 5)  # logits of position 10 come from hidden state 9
+
+
+def test_refresh_every_n_calls():
+    _, pr = cached("builtin", "prefix", block=0, refresh=3)
+    decode(pr, canvas(holes=9))
+    assert (pr.full_calls, pr.cached_calls) == (3, 6)  # full, cached, cached, full, ...
+
+
+def test_a_commit_outside_the_block_forces_a_full_run():
+    _, pr = cached("builtin", "dual", block=4)
+    c = canvas()
+    pr(c.tokens)
+    pr(c.fill(torch.tensor([11]), torch.tensor([5])).tokens)  # inside the block: cached
+    assert (pr.full_calls, pr.cached_calls) == (1, 1)
+    pr(c.fill(torch.tensor([11, 20]), torch.tensor([5, 6])).tokens)  # position 20 is in the dual cache's suffix
+    assert (pr.full_calls, pr.cached_calls) == (2, 1)
+
+
+def test_a_decode_never_depends_on_the_one_before():
+    _, pr = cached("builtin", "prefix", block=0)
+    first = decode(pr, canvas())
+    again = decode(pr, canvas())  # the same cached predict: a new canvas starts afresh
+    _, fresh = cached("builtin", "prefix", block=0)
+    assert torch.equal(first.canvas.tokens, again.canvas.tokens)
+    assert torch.equal(again.canvas.tokens, decode(fresh, canvas()).canvas.tokens)
+
+
+@pytest.mark.parametrize("decoder", ["low-confidence", "threshold", "eb", "entropy"])
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_cached_decodes_fill_every_hole_and_agreement_is_measured(decoder, mode):
+    model, pr = cached("llada", mode, block=4)
+    c = canvas(prompt=12, holes=16, suffix=4)
+    got = decode(pr, c, decoder, block=4).canvas.tokens
+    want = decode(uncached(model), c, decoder, block=4).canvas.tokens
+    assert not bool((got == MASK).any()) and torch.equal(got[:12], c.tokens[:12]) and torch.equal(got[-4:], c.tokens[-4:])
+    agreement = float((got[12:28] == want[12:28]).float().mean())  # random weights: a measurement, not a quality bar
+    assert 0.0 <= agreement <= 1.0
+
+
+def test_settings_are_checked():
+    with pytest.raises(UsageError, match="--cache 'prefx': use one of none, prefix, dual"):
+        cache.CacheSettings("prefx")
+    with pytest.raises(UsageError, match="--cache-refresh -1"):
+        cache.CacheSettings("prefix", refresh=-1)
+
+
+@pytest.fixture(scope="module")
+def tiny_dlm(tmp_path_factory):
+    from tiny import tiny_builtin
+
+    return models.load(str(tiny_builtin(tmp_path_factory.mktemp("builtin") / "m")), device="cpu")
+
+
+def test_attach_gives_each_job_its_own_cached_predict(tiny_dlm):
+    assert cache.attach(tiny_dlm, "none") is tiny_dlm
+    one, two = cache.attach(tiny_dlm, "prefix", block=8), cache.attach(tiny_dlm, "prefix", block=8)
+    assert isinstance(one.predict, cache.CachedPredict) and one.predict is not two.predict
+    assert one.predict.settings == cache.CacheSettings("prefix", 8, 0)
+    nocache = dataclasses.replace(tiny_dlm, cached=None, family="masked-lm")
+    with pytest.raises(UsageError, match="has no KV cache"):
+        cache.attach(nocache, "dual")
+
+
+def test_generate_with_a_cache_through_fill(tiny_dlm):
+    prompt = "def add(a, b):\n"
+    plain = fill.generate(prompt, dlm=tiny_dlm, options={"block": 8}, length=16)
+    exact = fill.generate(prompt, dlm=tiny_dlm, options={"block": 8}, length=16, cache="dual", cache_refresh=1)
+    approx = fill.generate(prompt, dlm=tiny_dlm, options={"block": 8}, length=16, cache="prefix")
+    assert exact.ids == plain.ids and exact.calls == plain.calls
+    assert approx.calls == plain.calls == 16 and len(approx.ids) == 16
+
+
+
+def test_speed_bench_rows_ratios_and_targets(tiny_dlm):
+    from dlmcode.bench import speed
+
+    cfg = speed.SpeedConfig(lengths=(12,), gen=8, block=4, caches=("prefix",), names=("threshold", "low-confidence"))
+    rows = speed.run(tiny_dlm, cfg)
+    assert [(r.decoder, r.cache) for r in rows] == [
+        ("low-confidence", "none"), ("low-confidence", "prefix"), ("threshold", "none"), ("threshold", "prefix")]
+    base, cached_row = rows[0], rows[1]
+    assert base.ratios["call_speedup"] == base.ratios["tokens_s"] == 1.0 and base.tpf == 1.0 and base.calls == 8
+    assert cached_row.full_calls == 2 and base.full_calls is None  # one full run per block of 4
+    assert all(r.prompt == 12 and r.holes == 8 and r.call_s > 0 and r.overhead_s >= 0 for r in rows)
+    doc = speed.summary(rows, tiny_dlm, cfg)
+    assert set(doc["targets"]["overhead_ok"]) == {"low-confidence", "threshold"} and len(doc["rows"]) == 4
+    assert doc["rows"][1]["ratios"]["calls"] == 1.0
+
+
+def test_speed_settings_are_checked():
+    from dlmcode.bench import speed
+
+    with pytest.raises(UsageError, match="unknown decoder 'nope'"):
+        speed.SpeedConfig(names=("nope",))
+    with pytest.raises(UsageError, match="--cache 'fast'"):
+        speed.SpeedConfig(caches=("fast",))
+    with pytest.raises(UsageError, match="--lengths 'a,b'"):
+        speed.parse_lengths("a,b")
+
+
+def test_cli_cache_flag_and_speed_command(tiny_dlm, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dlmcode.cli import app
+
+    model = str(tiny_dlm.name)
+    prompt = tmp_path / "p.py"
+    prompt.write_text("def add(a, b):\n")
+    runner = CliRunner()
+    base = ["generate", str(prompt), "-m", model, "--device", "cpu", "--length", "8", "-o", "block=4", "--json", "-q"]
+    plain = json.loads(runner.invoke(app, base).stdout)
+    exact = json.loads(runner.invoke(app, [*base, "--cache", "dual", "--cache-refresh", "1"]).stdout)
+    assert exact["ids"] == plain["ids"]
+    bad = runner.invoke(app, [*base, "--cache", "fast"])
+    assert bad.exit_code == 2 and "--cache 'fast': use one of none, prefix, dual" in bad.output
+    out = runner.invoke(app, ["speed", "-m", model, "--device", "cpu", "--lengths", "8", "--gen", "4", "--block", "2",
+                              "-d", "threshold", "--cache", "dual", "--json"])
+    doc = json.loads(out.stdout)
+    assert out.exit_code == 0 and "x call" in out.stderr  # the table goes to stderr, the JSON to stdout
+    assert [(r["decoder"], r["cache"]) for r in doc["rows"]] == [
+        ("low-confidence", "none"), ("low-confidence", "dual"), ("threshold", "none"), ("threshold", "dual")]
