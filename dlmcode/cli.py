@@ -322,6 +322,7 @@ def bench(
     trust_remote_code: TrustRemoteCode = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     quiet: Quiet = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="decodes sharing each model forward (padded, masked); results as at 1")] = 1,
 ) -> None:
     """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
     from . import view
@@ -329,7 +330,7 @@ def bench(
 
     with reported("the samples written to --out are kept; run the same command again to resume"):
         limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory}
-        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits)
+        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size)
         quiet = quiet or not run.ranks.lead
         dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet)
         run.load(dlm)

@@ -12,6 +12,7 @@ gathers the Samples and writes the same outputs one process would.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -25,6 +26,7 @@ from .. import decoders, fill, spans, syntax
 from ..assistant import attach
 from ..decoders.base import Decoder
 from ..errors import DlmcodeError, InputError, UsageError
+from ..models import batch
 from ..models.base import Dlm
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
@@ -155,11 +157,22 @@ def completion_tokens(ids: list[int], dlm: Dlm) -> int:
 
 def run_one(task: Task, config: Config, dlm: Dlm, seed: int, length: int, limits: sandbox.Limits) -> Sample:
     """Decode one task with one decoder setting and seed, check its syntax and run its tests."""
-    mode = MODES[task.mode]
+    return scored(task, config, dlm, seed, limits, decode(task, config, dlm, seed, length))
+
+
+def decode(task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Result | DlmcodeError:
+    """The task's decode (in a batched run, one of its works), or the error that stopped it."""
     try:
-        result = mode.job(task, config, dlm, seed, length).run()
+        return batch.run_job(MODES[task.mode].job(task, config, dlm, seed, length))
     except DlmcodeError as err:
-        return failed(task, config, seed, str(err))
+        return err
+
+
+def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limits, result: fill.Result | DlmcodeError) -> Sample:
+    """The Sample of a decode: its output, syntax, exact match and tests."""
+    if isinstance(result, DlmcodeError):
+        return failed(task, config, seed, str(result))
+    mode = MODES[task.mode]
     output = mode.output(task, result)
     breakage = mode.breakage(task, result, output)
     outcome = sandbox.run(task.program(output), limits) if task.test else None
@@ -180,13 +193,20 @@ def failed(task: Task, config: Config, seed: int, error: str) -> Sample:
 
 
 def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, length: int,
-            limits: sandbox.Limits, done: Iterable[tuple] = ()) -> Iterator[Sample]:  # fmt: skip
-    """One Sample per task and setting not in `done`, task by task (every row advances together)."""
+            limits: sandbox.Limits, done: Iterable[tuple] = (), batch_size: int = 1) -> Iterator[Sample]:  # fmt: skip
+    """One Sample per task and setting not in `done`, task by task (every row advances together).
+
+    batch_size > 1: that many decodes share each model forward (models/batch.py), same Samples.
+    """
     skip = set(done)
-    for task in tasks:
-        for config in configs:
-            if sample_key(task.task_id, config.name, config.settings, seed) not in skip:
-                yield run_one(task, config, dlm, seed, length, limits)
+    todo = [(t, c) for t in tasks for c in configs if sample_key(t.task_id, c.name, c.settings, seed) not in skip]
+    if batch_size == 1:
+        yield from (run_one(task, config, dlm, seed, length, limits) for task, config in todo)
+        return
+    shared = batch.batched(dlm)
+    works = [functools.partial(decode, task, config, shared, seed, length) for task, config in todo]
+    for (task, config), result in zip(todo, batch.Batcher(batch_size).map(works)):
+        yield scored(task, config, dlm, seed, limits, result)
 
 
 # ---------------------------------------------------------------- compare
@@ -302,6 +322,7 @@ class BenchRun:
     out: Path | None = None
     ranks: Ranks = field(default_factory=Ranks)
     strict: bool = True  # decoders were named: one that cannot run here is an error, not skipped
+    batch_size: int = 1  # decodes sharing each model forward (models/batch.py)
     suite: Suite = field(default_factory=lambda: Suite("", []))  # set by load()
     previous: dict[tuple, Sample] = field(default_factory=dict)  # samples found in --out, by key
     notes: list[str] = field(default_factory=list)  # what the user should know (printed on stderr)
@@ -339,7 +360,7 @@ class BenchRun:
     def stream(self, dlm: Dlm) -> Iterator[Sample]:
         """Join the ranks, then decode this rank's missing samples, appending each to --out."""
         self.ranks.start(dlm.device.type)
-        stream = samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous)
+        stream = samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous, self.batch_size)
         if self.out is None:
             return stream
         name = SAMPLES_FILE if self.ranks.world == 1 else PART_FILE.format(self.ranks.rank)
@@ -398,7 +419,7 @@ def rows(found: list[Sample], configs: list[Config]) -> list[dict]:
 
 
 def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list[str], limit: int | None,
-                  seed: int, length: int, out: Path | None, limits: dict[str, float]) -> BenchRun:  # fmt: skip
+                  seed: int, length: int, out: Path | None, limits: dict[str, float], batch_size: int = 1) -> BenchRun:  # fmt: skip
     """A BenchRun from command-line values, all checked before any model loads; then call load()."""
     from . import suites
 
@@ -406,12 +427,13 @@ def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list
     suites.check_limit(limit)
     if length < 1:
         raise UsageError(f"--length {length}: give a positive number of tokens")
+    batch.Batcher(batch_size)  # a UsageError for a batch size below 1
     try:
         fence = sandbox.Limits(**limits)
     except ValueError as err:
         raise UsageError(str(err)) from None
     chosen = configs(names, options, sweeps)
-    return BenchRun(suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names))
+    return BenchRun(suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names), batch_size=batch_size)
 
 
 def written_note(paths: list[Path]) -> str:

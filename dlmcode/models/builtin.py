@@ -1,7 +1,7 @@
 """The built-in dLLM: a small bidirectional transformer trained here as a masked diffusion LM.
 
-Owns the architecture (pre-norm, RoPE, SDPA without a mask, tied embeddings, no biases), its
-config.json, and the family adapter (`matches`, `load`, `save`). A custom module rather than
+Owns the architecture (pre-norm, RoPE, SDPA masking only batch padding, tied embeddings, no
+biases), its config.json, and the family adapter (`matches`, `load`, `save`). A custom module rather than
 ModernBERT because block decoding uses a prefix/dual KV cache (models/cache.py), and
 ModernBERT's alternating local/global attention and unpadding make that impractical; here
 every layer's k/v come from one method (`Attention.project`) and pass through the cache's
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import batch
 from . import cache as kvcache
 from .base import Dlm
 
@@ -80,11 +81,11 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.project(x, cos, sin)
         if cache is not None:  # a KV cache (models/cache.py) joins them with the kept k/v of the positions not run
             k, v = cache.join(k, v)
-        y = F.scaled_dot_product_attention(q, k, v)  # (B, H, L, hd), bidirectional: no mask
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, hd), bidirectional; mask (B, 1, 1, L) only hides padding
         return self.out(y.transpose(1, 2).reshape(x.shape))
 
 
@@ -97,8 +98,8 @@ class Block(nn.Module):
         self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
         self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None) -> Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin, cache)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, cache, mask)
         return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
@@ -127,19 +128,23 @@ class DlmcodeDiffusionLM(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
-    def hidden(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None) -> Tensor:
-        """Hidden states of ids at positions start.. (a KV cache runs part of the canvas)."""
+    def hidden(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
+        """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
+
+        `mask` (B, L) bool, True at real positions: keys where it is False (right padding of a
+        batch, models/batch.py) are never attended.
+        """
         cos, sin = rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, None if kv is None else kv.layer(i))
+            x = block(x, cos, sin, None if kv is None else kv.layer(i), None if mask is None else mask[:, None, None, :])
         return self.norm(x)
 
     def logits(self, h: Tensor) -> Tensor:
         return h @ self.embed.weight.t()  # (..., V), tied head
 
-    def forward(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None) -> Tensor:
-        return self.logits(self.hidden(ids, start, kv))  # (B, L, V)
+    def forward(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
+        return self.logits(self.hidden(ids, start, kv, mask))  # (B, L, V)
 
 
 class BuiltinTokenizer:
@@ -221,4 +226,5 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         dtype=dtype,
         special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
+        forward_batch=batch.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
     )

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..canvas import Predict
 from ..errors import ModelError
+from . import batch
 
 WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
@@ -163,14 +164,43 @@ def make_predict(
 
     def predict(tokens: Tensor) -> Tensor:
         ids = tokens.to(device, torch.long)
-        pre = head if len(head) and not torch.equal(ids[: len(head)], head) else head[:0]
-        post = tail if len(tail) and not torch.equal(ids[len(ids) - len(tail) :], tail) else tail[:0]
+        pre, post = framed(ids, head, tail)
         with torch.inference_mode():
             logits = model(input_ids=torch.cat([pre, ids, post])[None]).logits[0]  # (L + framing, V)
             logits = (align(logits) if align else logits)[len(pre) : len(pre) + len(ids)]  # (L, V)
         return logits.to(torch.float32, copy=True)  # made outside inference mode: callers may edit it in place
 
     return predict
+
+
+def framed(ids: Tensor, head: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
+    """The framing tokens `ids` lacks: (prefix, suffix), each either all of head/tail or empty."""
+    pre = head if len(head) and not torch.equal(ids[: len(head)], head) else head[:0]
+    post = tail if len(tail) and not torch.equal(ids[len(ids) - len(tail) :], tail) else tail[:0]
+    return pre, post
+
+
+def make_forward_batch(
+    model: Any, pad_id: int, align: Callable[[Tensor], Tensor] | None = None, frame: tuple[list[int], list[int]] = ([], [])
+) -> Callable[[list[Tensor]], list[Tensor]]:
+    """make_predict for several canvases in one forward (models/batch.py): each framed as predict
+    frames it, right-padded with `pad_id` and hidden by attention_mask, its rows aligned and cut back."""
+    device = next(model.parameters()).device
+    head, tail = (torch.tensor(ids, dtype=torch.long, device=device) for ids in frame)
+
+    def forward_batch(seqs: list[Tensor]) -> list[Tensor]:
+        seqs = [s.to(device, torch.long) for s in seqs]
+        frames = [framed(s, head, tail) for s in seqs]
+        ids, keep = batch.pad([torch.cat([pre, s, post]) for s, (pre, post) in zip(seqs, frames)], pad_id)  # (B, P)
+        with torch.inference_mode():
+            logits = model(input_ids=ids, attention_mask=keep.long()).logits  # (B, P, V)
+        rows = []
+        for i, (s, (pre, post)) in enumerate(zip(seqs, frames)):
+            row = logits[i, : len(pre) + len(s) + len(post)]  # this canvas's own positions, framing included
+            rows.append((align(row) if align else row)[len(pre) : len(pre) + len(s)].to(torch.float32, copy=True))  # (L_i, V)
+        return rows
+
+    return forward_batch
 
 
 def remote_code_error(path: Path, family: str, detail: str | None = None) -> ModelError:

@@ -78,4 +78,5 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         device=device,
         dtype=dtype,
         special_ids=hf.special_ids(tok, mask_id, eos_id, pad_id),
+        forward_batch=hf.make_forward_batch(model, pad_id if pad_id is not None else mask_id, frame=frame),
     )
