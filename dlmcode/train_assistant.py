@@ -381,9 +381,10 @@ def card(run: Path, dest: Path) -> str:
 
 CARD = """# dlmcode assistant (CoDiLA) for `{dllm}`
 
-The small causal transformer `codila` uses with this dLLM (arXiv 2603.20216); the one in
-dlmcode/weights/assistant is used by default with the built-in model. It reads the dLLM's marginals over a block of holes as soft embeddings
-between two boundary tokens and decodes the block left to right.
+The small causal transformer the `codila` decoder uses with this dLLM (arXiv 2603.20216);
+the one in dlmcode/weights/assistant is used by default with the built-in model. It reads
+the dLLM's marginals over a block of holes as soft embeddings between two boundary tokens
+and decodes the block left to right.
 
 - Architecture: {n_layers} causal blocks, width {dim}, {n_heads} heads, RoPE, tied head;
   {params:,} parameters. Vocabulary: the dLLM's {vocab} ids plus 2 boundary ids.
@@ -391,19 +392,18 @@ between two boundary tokens and decodes the block left to right.
 - Data: this Python's ({python}) standard library, the rules of `dlmcode train`:
   {files_train} train files ({tokens_train:,} tokens), {files_heldout} held-out files.
   Windows of {seq} tokens, {batch} per step, {bpw} blocks per window; other holes i.i.d. at a
-  ratio r ~ U(0, 1), or everything after the first block ({p_suffix:.0%} of windows).
+  ratio r ~ U(0, 1), or everything after the first block ({p_suffix:.0%} of windows); some
+  windows hold an over-allocated hole (content then [PAD]s) as `⟦fill⟧` markers make.
 - Training: AdamW, peak lr {lr}, {steps} steps in {minutes:.1f} minutes of training time.
-- Held-out ({eval_windows} fixed windows, step {best_step}): assistant loss {loss:.4f} nats per block
-  token (perplexity {ppl:.1f}), against {dllm_loss:.4f} (perplexity {dllm_ppl:.1f}) for the
-  dLLM's own independent marginals on the same blocks.
+- Held-out ({eval_windows} fixed windows, step {best_step}): assistant loss {loss:.4f} nats per
+  block token (perplexity {ppl:.1f}), against {dllm_loss:.4f} (perplexity {dllm_ppl:.1f}) for
+  the dLLM's own independent marginals on the same blocks.
 
-Reproduce:
+Reproduce (`--export DIR` copies `out/best` to DIR with this card):
 
 ```
 {command}
 ```
-
-then copy `out/best` here with `dlmcode train-assistant ... --export dlmcode/weights/assistant`.
 """
 
 

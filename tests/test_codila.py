@@ -170,6 +170,15 @@ def mixed(tokens: torch.Tensor) -> int:
     return sum(tuple(p) not in JOINT for p in pairs)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: a second intra-op thread only spins on a busy machine (30x the CPU time)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def joint_assistant() -> TinyAssistant:
     """A tiny assistant trained on the joint from the oracle's marginals of a fully masked phrase."""

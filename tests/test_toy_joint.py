@@ -112,6 +112,37 @@ def test_mean_field_cannot_see_phrases_whose_vocabularies_are_disjoint():
     assert measure("mean-field", {"tau": 0.5}, CITIES, 6) == measure("threshold", {"tau": 0.3}, CITIES, 6)
 
 
-# --- CoDiLA: another engineer's part --------------------------------------------------------
-# Add here: `codila` with an assistant trained on CITIES (and DIGITS) mixes no phrases at the
-# same TPF as threshold at tau 0.3 (issue 4), using `oracle` and `measure` above.
+# --- CoDiLA: an assistant trained on the joint decodes each phrase as one block -----------------
+
+
+def trained_assistant(support: list[tuple[int, ...]], vocab: int, steps: int = 300):
+    """A tiny assistant trained on the joint, reading the oracle's marginals of the all-holes canvas."""
+    from dlmcode.assistant import AssistantConfig, TinyAssistant, block_loss
+
+    probs = oracle(support, vocab)(torch.full((len(support[0]),), vocab)).softmax(-1).float()  # (L, V)
+    phrases = torch.tensor(support)  # (K, L)
+    g = torch.Generator().manual_seed(0)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = TinyAssistant(AssistantConfig(vocab_size=vocab, dim=32, n_layers=1, n_heads=2))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)  # 1e-2 spikes late in training
+    for _ in range(steps):
+        targets = phrases[torch.randint(len(support), (64,), generator=g)]  # (64, L)
+        loss = block_loss(model, probs.expand(64, *probs.shape), targets) / targets.numel()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def test_codila_mixes_no_phrase_where_threshold_does_at_the_same_tpf():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: a second thread only spins on a busy machine (30x the CPU time)
+    try:
+        for support, vocab, tau, steps in [(CITIES, 6, 0.3, 300), (DIGITS, 8, 0.2, 600)]:
+            block = len(support[0])  # one CoDiLA block holds the whole phrase
+            ours = measure("codila", {"block": block, "assistant": trained_assistant(support, vocab, steps)}, support, vocab)
+            theirs = measure("threshold", {"tau": tau}, support, vocab)
+            assert ours == (0.0, block) and theirs[1] == block and theirs[0] > 0.5, (support, ours, theirs)
+    finally:
+        torch.set_num_threads(threads)
