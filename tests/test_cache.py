@@ -114,6 +114,16 @@ def test_a_cached_call_on_an_unchanged_canvas_equals_the_full_run(arch, mode):
     torch.testing.assert_close(again[10:14], full[10:14], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_callers_may_edit_the_logits_in_place(arch):
+    _, pr = cached(arch, "prefix", block=4)
+    c = canvas()
+    for tokens in (c.tokens, c.tokens):  # a full call, then a cached one
+        logits = pr(tokens)
+        logits[:, 0] -= 1.0  # outside inference mode, as decoders and the end-of-text wrapper do
+        assert not torch.equal(pr.logits[:, 0].float(), logits[:, 0])  # never the cache's own buffer
+
+
 @pytest.mark.parametrize(("mode", "runs"), [("prefix", (10, 15)), ("dual", (10, 4))])
 def test_block_start_runs_everything_then_only_the_blocks_positions(mode, runs):
     _, pr = cached("builtin", mode, block=4, spy=True)

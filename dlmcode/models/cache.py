@@ -52,8 +52,10 @@ class CacheSettings:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"--cache {self.mode!r}: use one of {', '.join(MODES)}")
-        if self.refresh < 0 or self.block < 0:
+        if self.refresh < 0:
             raise UsageError(f"--cache-refresh {self.refresh}: give 0 (at block changes only) or a number of calls")
+        if self.block < 0:
+            raise UsageError(f"block={self.block}: holes per block must be >= 0")
 
 
 class KV:
@@ -77,7 +79,7 @@ class LayerKV:
         """k/v (B, Hkv, n, hd) of the positions this call runs -> k/v of every position (B, Hkv, L, hd)."""
         kv = self.kv
         if kv.span is None:  # a full run: attention sees exactly these, as without a cache
-            kv.k[self.i], kv.v[self.i] = k, v
+            kv.k[self.i], kv.v[self.i] = k.contiguous(), v.contiguous()  # contiguous: cheap in-place updates later
             return k, v
         a, b = kv.span
         kv.k[self.i][:, :, a:b] = k  # the freshest k/v of these positions, for later calls
@@ -126,8 +128,8 @@ class CachedPredict:
                 self.refresh(ids)
             else:
                 self.partial(ids, span)
-            logits = self.logits if self.align is None else self.align(self.logits)
-        return logits.to(torch.float32, copy=True)  # made outside inference mode: callers may edit it in place
+        # built outside inference mode, and never our buffer: callers may edit it in place
+        return self.logits.to(torch.float32, copy=True) if self.align is None else self.align(self.logits).float()
 
     def plan(self, ids: Tensor) -> tuple[int, int] | None:
         """The positions to run for `ids`, or None to run them all."""
@@ -191,5 +193,5 @@ def attach(dlm: Dlm, mode: str = "none", refresh: int = 0, block: int = 0) -> Dl
     if mode == "none":
         return dlm
     if dlm.cached is None:
-        raise UsageError(f"--cache {mode}: model {dlm.name!r} ({dlm.family}) has no KV cache; the builtin, llada and dream families do")
+        raise UsageError(f"--cache {mode}: model {dlm.name!r} ({dlm.family}) has no KV cache; builtin, llada and dream do")
     return dataclasses.replace(dlm, predict=dlm.cached(settings))

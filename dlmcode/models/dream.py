@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..canvas import Predict
 from ..errors import ModelError
-from . import cache, hf, native, native_dream
+from . import batch, cache, hf, native, native_dream
 from .base import Dlm
 
 DREAM_MASK_ID = 151666  # <|mask|>
@@ -69,8 +69,13 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     except native.NotNative as why:
         raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
     dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model, align=align), device, dtype)
-    # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before the block
-    return dataclasses.replace(dlm, cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device, align, lookback=1))
+    padded = batch.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device)  # pads are never attended
+    return dataclasses.replace(
+        dlm,
+        # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before the block
+        cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device, align, lookback=1),
+        forward_batch=lambda seqs: [align(logits) for logits in padded(seqs)],
+    )
 
 
 def load_tokenizer(path: Path) -> Any:

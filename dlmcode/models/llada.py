@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..canvas import Predict
-from . import cache, hf, native, native_llada
+from . import batch, cache, hf, native, native_llada
 from .base import Dlm
 
 LLADA_MASK_ID = 126336  # <|mdm_mask|>
@@ -47,7 +47,11 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     except native.NotNative as why:
         raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
     dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model), device, dtype)
-    return dataclasses.replace(dlm, cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device))
+    return dataclasses.replace(
+        dlm,
+        cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device),
+        forward_batch=batch.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device),  # pads are never attended
+    )
 
 
 def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Dlm:

@@ -74,16 +74,22 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, fp32: bool) -> Tensor:
     return apply_rope(x.to(torch.promote_types(x.dtype, torch.float32)), cos, sin).to(x.dtype)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any = None) -> Tensor:
-    """Bidirectional SDPA, no mask: q (B, H, n, hd), k/v (B, Hkv, n, hd) -> (B, n, H * hd).
+def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
+    """Bidirectional SDPA: q (B, H, n, hd), k/v (B, Hkv, n, hd) -> (B, n, H * hd).
 
     With a cache (models/cache.py) the call computes only some positions: their k/v join
-    the cached k/v of every other position of the canvas.
+    the cached k/v of every other position of the canvas. `mask` (B, 1, 1, L) bool hides
+    padded keys of a batch (models/batch.py); without one every position sees every position.
     """
     if cache is not None:
         k, v = cache.join(k, v)  # (B, Hkv, L, hd)
-    y = F.scaled_dot_product_attention(q, k, v, enable_gqa=k.shape[1] != q.shape[1])  # (B, H, n, hd)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])  # (B, H, n, hd)
     return y.transpose(1, 2).flatten(2)
+
+
+def key_mask(keep: Tensor | None) -> Tensor | None:
+    """(B, L) True at real positions -> the (B, 1, 1, L) attention mask SDPA broadcasts over heads and queries."""
+    return None if keep is None else keep[:, None, None, :]
 
 
 def gated_mlp(gate: nn.Linear, up: nn.Linear, down: nn.Linear, x: Tensor) -> Tensor:
@@ -133,12 +139,12 @@ def load_weights(module: nn.Module, state: dict[str, Tensor], path: Path, tied: 
     expected = set(module.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        parts = [f"missing {', '.join(missing[:3])}" if missing else "", f"unexpected {', '.join(unexpected[:3])}" if unexpected else ""]
-        raise NotNative(f"its weights are not the published layout ({'; '.join(p for p in parts if p)})")
-    wrong = [k for k, p in module.state_dict().items() if tuple(p.shape) != tuple(state[k].shape)]
+        parts = [f"{what} {', '.join(names[:3])}" for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
+        raise NotNative(f"its weights are not the published layout ({'; '.join(parts)})")
+    shapes = {k: tuple(p.shape) for k, p in module.state_dict().items()}
+    wrong = next((k for k, shape in shapes.items() if shape != tuple(state[k].shape)), None)
     if wrong:
-        k = wrong[0]
-        raise ModelError(f"model folder {path}: weight {k} has shape {tuple(state[k].shape)}, config.json implies {tuple(module.state_dict()[k].shape)}")
+        raise ModelError(f"model folder {path}: weight {wrong} has shape {tuple(state[wrong].shape)}, config.json implies {shapes[wrong]}")
     module.load_state_dict(state, assign=True, strict=True)
     return module.eval()
 
@@ -150,8 +156,8 @@ def make_predict(model: nn.Module, align: Callable[[Tensor], Tensor] | None = No
     def predict(tokens: Tensor) -> Tensor:
         with torch.inference_mode():
             logits = model(tokens.to(device, torch.long)[None])[0]  # (L, V)
-            logits = align(logits) if align else logits
-        return logits.to(torch.float32, copy=True)  # made outside inference mode: callers may edit it in place
+        # made outside inference mode (align's new tensor, or a copy): callers may edit it in place
+        return logits.to(torch.float32, copy=True) if align is None else align(logits).float()
 
     return predict
 

@@ -81,8 +81,8 @@ class DreamAttention(nn.Module):
         v = native.split_heads(self.v_proj(x), self.cfg.n_kv_heads)
         return native.rotate(q, cos, sin, False), native.rotate(k, cos, sin, False), v
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None) -> Tensor:
-        return self.o_proj(native.attend(*self.project(x, cos, sin), cache))
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
+        return self.o_proj(native.attend(*self.project(x, cos, sin), cache, mask))
 
 
 class DreamMLP(nn.Module):
@@ -104,8 +104,8 @@ class DreamLayer(nn.Module):
         self.post_attention_layernorm = native.RMSNorm(cfg.hidden, cfg.eps)
         self.mlp = DreamMLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -118,7 +118,11 @@ class DreamBody(nn.Module):
 
 
 class DreamLM(nn.Module):
-    """ids (B, n) at positions start.. -> logits (B, n, V), still shifted: row i scores position i + 1."""
+    """ids (B, n) at positions start.. -> logits (B, n, V), still shifted: row i scores position i + 1.
+
+    `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
+    True at real positions, for a right-padded batch (models/batch.py).
+    """
 
     def __init__(self, cfg: DreamConfig) -> None:
         super().__init__()
@@ -126,12 +130,12 @@ class DreamLM(nn.Module):
         self.model = DreamBody(cfg)
         self.lm_head = None if cfg.tied else nn.Linear(cfg.hidden, cfg.vocab, bias=False)
 
-    def forward(self, ids: Tensor, start: int = 0, kv: Any = None) -> Tensor:
+    def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
         body = self.model
         cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x = body.embed_tokens(ids)  # (B, n, D)
         for i, layer in enumerate(body.layers):
-            x = layer(x, cos, sin, None if kv is None else kv.layer(i))
+            x = layer(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask))
         x = body.norm(x)
         return F.linear(x, body.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)  # (B, n, V)
 

@@ -110,9 +110,9 @@ class LladaBlock(nn.Module):
         v = native.split_heads(self.v_proj(x), cfg.n_kv_heads)
         return native.rotate(q, cos, sin, cfg.rope_fp32), native.rotate(k, cos, sin, cfg.rope_fp32), v
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.project(self.attn_norm(x), cos, sin)
-        x = x + self.attn_out(native.attend(q, k, v, cache))
+        x = x + self.attn_out(native.attend(q, k, v, cache, mask))
         return x + native.gated_mlp(self.ff_proj, self.up_proj, self.ff_out, self.ff_norm(x))
 
 
@@ -132,19 +132,23 @@ class LladaBody(nn.Module):
 
 
 class LladaLM(nn.Module):
-    """ids (B, n) at positions start.. -> logits (B, n, V); the checkpoint's top level is `model.`."""
+    """ids (B, n) at positions start.. -> logits (B, n, V); the checkpoint's top level is `model.`.
+
+    `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
+    True at real positions, for a right-padded batch (models/batch.py).
+    """
 
     def __init__(self, cfg: LladaConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.model = LladaBody(cfg)
 
-    def forward(self, ids: Tensor, start: int = 0, kv: Any = None) -> Tensor:
+    def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
         t = self.model.transformer
         cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x = t.wte(ids)  # (B, n, D)
         for i, block in enumerate(t.blocks):
-            x = block(x, cos, sin, None if kv is None else kv.layer(i))
+            x = block(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask))
         x = t.ln_f(x)
         return F.linear(x, t.wte.weight) if self.cfg.tied else t.ff_out(x)  # (B, n, V)
 
