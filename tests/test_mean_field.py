@@ -227,3 +227,19 @@ def test_settings_are_validated():
             build("mean-field", bad)
     with pytest.raises(ValueError, match="normalize"):
         MeanField(normalize="rows")
+
+
+def test_pairwise_top_is_exact_on_small_supports_and_conservative_otherwise():
+    from dlmcode.decoders.mean_field import pairwise_top
+
+    g = torch.Generator().manual_seed(0)
+    sparse = torch.zeros(6, 500, dtype=torch.float64)
+    for row in range(6):  # each row's mass on 5 tokens: inside any top-8
+        cols = torch.randperm(500, generator=g)[:5]
+        sparse[row, cols] = torch.rand(5, generator=g, dtype=torch.float64) + 0.1
+    sparse /= sparse.sum(-1, keepdim=True)
+    assert torch.allclose(pairwise_top(sparse, 8), pairwise(sparse), atol=1e-12)
+    dense = torch.softmax(torch.randn(6, 500, generator=g, dtype=torch.float64) * 3, -1)
+    exact, pooled = pairwise(dense), pairwise_top(dense, 8)
+    assert bool((pooled >= exact - 1e-12).all())  # pooling can only raise D
+    assert torch.equal(pooled, pooled.T) and bool((pooled.diagonal() == 0).all())
