@@ -78,11 +78,11 @@ def language(path: str, lang: str | None, required: bool) -> str | None:
         return None
 
 
-def parse_length(length: str | None) -> int | None:
-    if length is None:
-        return None
+def parse_length(length: str | None) -> int | str | None:
+    if length is None or length == "auto":
+        return length
     if not length.isdigit() or int(length) <= 0:
-        raise UsageError(f"--length {length!r}: give a positive number of tokens")
+        raise UsageError(f"--length {length!r}: give a positive number of tokens, or auto")
     return int(length)
 
 
@@ -101,7 +101,7 @@ def run_job(job: Any, quiet: bool, json_out: bool) -> Any:
 def infill(
     file: Source,
     span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers")] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span [default: the original span's token count]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -269,7 +269,7 @@ def compare(
     samples: Annotated[int, typer.Option("--samples", "-n", help="runs per decoder, with seeds 0..N-1")] = 1,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
     temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]")] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span [default: the original span's token count]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",

@@ -107,6 +107,21 @@ class Job:
         return filled.span_lines[0][0], filled.span_lines[-1][1]
 
 
+AUTO = "auto"
+AUTO_MARKER_LENGTH = 32  # holes for a ⟦fill⟧ marker under --length auto (our choice)
+
+
+def auto_length(source: str, span: tuple[int, int] | None, tokenizer: Any) -> int:
+    """Holes for --length auto: the span's token count with room to spare (at least 8, or half
+    again), or AUTO_MARKER_LENGTH for markers. Models trained with pad-filled holes (the
+    built-in one) end the fill early with pad tokens, which splicing strips."""
+    if span is None:
+        return AUTO_MARKER_LENGTH
+    start, end = spans.line_span(source, span)
+    n = len(tokenizer.encode(source[start:end]))
+    return n + max(8, n // 2)
+
+
 def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temperature: float | None) -> Decoder:
     """A decoder from a registry name and settings (or an instance), with `temperature` applied."""
     built = decoders.build(decoder, options) if isinstance(decoder, str) else decoder
@@ -133,7 +148,7 @@ def prepare_infill(
     dlm: Dlm | None = None,
     decoder: str | Decoder = "low-confidence",
     options: Mapping[str, Any] | None = None,
-    length: int | None = None,
+    length: int | str | None = None,
     seed: int = 0,
     temperature: float | None = None,
     lang: str | None = None,
@@ -147,6 +162,8 @@ def prepare_infill(
     model = default_model(dlm)
     built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
     model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
+    if length == AUTO:
+        length = auto_length(source, span, model.tokenizer)
     plan = spans.plan_infill(source, model.tokenizer, model.mask_id, span, length, model.context, model.bos_id, model.eos_id)
     return Job(plan, model, built, seed, lang, before=source)
 
