@@ -472,8 +472,13 @@ def checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, a
 
 def logged(cfg: TrainConfig) -> Iterator[dict]:
     """`train`, appending every record to out/progress.jsonl as it goes."""
-    for record in train(cfg):
-        with open(Path(cfg.out) / "progress.jsonl", "a") as f:
+    return appended(train(cfg), Path(cfg.out) / "progress.jsonl")
+
+
+def appended(records: Iterator[dict], path: Path) -> Iterator[dict]:
+    """Pass `records` through, appending each one to the JSONL file at `path` first."""
+    for record in records:
+        with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
         yield record
 

@@ -312,10 +312,7 @@ def checkpoint(cfg, model, opt, state, rng, held, out: Path, device) -> dict:
 
 def logged(cfg: AssistantTrainConfig) -> Iterator[dict]:
     """`train`, appending every record to out/progress.jsonl as it goes."""
-    for record in train(cfg):
-        with open(Path(cfg.out) / "progress.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        yield record
+    return T.appended(train(cfg), Path(cfg.out) / "progress.jsonl")
 
 
 # ---------------------------------------------------------------- settings, export
