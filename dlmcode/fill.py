@@ -162,10 +162,11 @@ def prepare_infill(
     model = default_model(dlm)
     built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
     model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
+    predict = model.predict if length == AUTO else exact_length(model)
     if length == AUTO:
         length = auto_length(source, span, model.tokenizer)
     plan = spans.plan_infill(source, model.tokenizer, model.mask_id, span, length, model.context, model.bos_id, model.eos_id)
-    return Job(plan, model, built, seed, lang, before=source)
+    return Job(plan, model, built, seed, lang, before=source, predict=predict)
 
 
 def prepare_generate(
@@ -217,13 +218,26 @@ class EndOfText:
         penalty = float("inf") if self.logits_eos_inf else self.eos_penalty
         if not penalty or model.eos_id is None:
             return model.predict
+        return penalized(model.predict, model.eos_id, penalty)
 
-        def predict(tokens: torch.Tensor) -> torch.Tensor:
-            logits = model.predict(tokens).clone()  # (L, V)
-            logits[:, model.eos_id] -= penalty
-            return logits
 
-        return predict
+def exact_length(model: Dlm) -> Predict:
+    """predict for holes of a fixed length: they hold code, so the pad token is never proposed.
+
+    Only --length auto over-allocates and leaves room for pads (which splicing strips).
+    """
+    return model.predict if model.pad_id is None else penalized(model.predict, model.pad_id, float("inf"))
+
+
+def penalized(predict: Predict, token: int, penalty: float) -> Predict:
+    """`predict` with `penalty` subtracted from `token`'s logit everywhere (inf: never proposed)."""
+
+    def wrapped(tokens: torch.Tensor) -> torch.Tensor:
+        logits = predict(tokens).clone()  # (L, V)
+        logits[:, token] -= penalty
+        return logits
+
+    return wrapped
 
 
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)

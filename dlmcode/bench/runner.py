@@ -116,7 +116,7 @@ class Infill:
         plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
         if len(plan.holes) != 1:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
-        return fill.Job(plan, dlm, config.decoder, seed, task.lang, before=task.original)
+        return fill.Job(plan, dlm, config.decoder, seed, task.lang, before=task.original, predict=fill.exact_length(dlm))
 
     def output(self, task: Task, result: fill.Result) -> str:
         return result.text[len(task.prompt) : len(result.text) - len(task.suffix)]
