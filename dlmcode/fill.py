@@ -109,17 +109,18 @@ class Job:
 
 AUTO = "auto"
 AUTO_MARKER_LENGTH = 32  # holes for a ⟦fill⟧ marker under --length auto (our choice)
+AUTO_MAX_EXTRA = 32  # the built-in model never saw more than 32 pads after a hole's content
 
 
 def auto_length(source: str, span: tuple[int, int] | None, tokenizer: Any) -> int:
-    """Holes for --length auto: the span's token count with room to spare (at least 8, or half
-    again), or AUTO_MARKER_LENGTH for markers. Models trained with pad-filled holes (the
+    """Holes for --length auto: the span's token count with room to spare (half again, at least 8,
+    at most 32), or AUTO_MARKER_LENGTH for markers. Models trained with pad-filled holes (the
     built-in one) end the fill early with pad tokens, which splicing strips."""
     if span is None:
         return AUTO_MARKER_LENGTH
     start, end = spans.line_span(source, span)
     n = len(tokenizer.encode(source[start:end]))
-    return n + max(8, n // 2)
+    return n + min(AUTO_MAX_EXTRA, max(8, n // 2))
 
 
 def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temperature: float | None) -> Decoder:
@@ -162,10 +163,13 @@ def prepare_infill(
     model = default_model(dlm)
     built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
     model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
-    predict = model.predict if length == AUTO else exact_length(model)
-    if length == AUTO:
+    auto = length == AUTO
+    if auto:
         length = auto_length(source, span, model.tokenizer)
     plan = spans.plan_infill(source, model.tokenizer, model.mask_id, span, length, model.context, model.bos_id, model.eos_id)
+    if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
+        plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
+    predict = model.predict if auto else exact_length(model)
     return Job(plan, model, built, seed, lang, before=source, predict=predict)
 
 

@@ -115,15 +115,20 @@ class Outcome:
     copy_exact: bool | None = None
 
 
-def known_length(dlm: Dlm) -> Dlm:
-    """The model with [PAD] never proposed: a hole of known length has no room for padding
-    (pads are for over-allocated `--length auto` holes). Our choice for this evaluation."""
-    if dlm.pad_id is None:
-        return dlm
+def newline_ids(tokenizer) -> list[int]:
+    """Ids of the tokens that contain a line break (byte-level BPE pieces with "Ċ")."""
+    vocab = tokenizer.tok.get_vocab() if hasattr(tokenizer, "tok") else tokenizer.get_vocab()
+    return sorted(i for piece, i in vocab.items() if "Ċ" in piece)
+
+
+def one_line(dlm: Dlm) -> Dlm:
+    """The model with line breaks never proposed: a single-line span stays one line (the hole
+    excludes the line's own break). Only for "line" tasks; our choice, reported separately."""
+    banned = torch.tensor(newline_ids(dlm.tokenizer), dtype=torch.long)
 
     def predict(tokens: torch.Tensor) -> torch.Tensor:
         logits = dlm.predict(tokens).clone()  # (L, V)
-        logits[:, dlm.pad_id] = float("-inf")
+        logits[:, banned] = float("-inf")
         return logits
 
     return dataclasses.replace(dlm, predict=predict)
@@ -206,38 +211,55 @@ def evaluate(
     decoders: Mapping[str, Mapping[str, Any]] = DEFAULT_DECODERS,
     suite: Mapping[str, int] = DEFAULT_SUITE,
     seed: int = 0,
-    ban_pad: bool = True,
+    one_line_rule: bool = True,
 ) -> Iterator[dict[str, Any]]:
-    """For each decoder and task kind: one record per task, then a summary record."""
+    """For each task kind and decoder: one record per task, then a summary record. With
+    one_line_rule, "line" tasks are also run with line breaks banned ("<decoder> +one-line")."""
     files = heldout_files()
-    dlm = known_length(dlm) if ban_pad else dlm
     for kind, n in suite.items():
         tasks = make_tasks(files, kind, n, seed, dlm.tokenizer)
-        for name, options in decoders.items():
+        variants = [(name, options, dlm) for name, options in decoders.items()]
+        if kind == "line" and one_line_rule:
+            variants += [(name, options, one_line(dlm)) for name, options in decoders.items()]
+        for i, (name, options, model) in enumerate(variants):
+            label = name + (" +one-line" if i >= len(decoders) else "")
             outcomes = []
-            for outcome in run_tasks(tasks, files, dlm, name, options):
+            for outcome in run_tasks(tasks, files, model, name, options):
                 outcomes.append(outcome)
-                yield {"event": "task", "decoder": name, **asdict(outcome)}
-            yield {"event": "summary", "decoder": name, "kind": kind, **summarize(outcomes)}
+                yield {"event": "task", "decoder": label, **asdict(outcome)}
+            yield {"event": "summary", "decoder": label, "kind": kind, **summarize(outcomes)}
+
+
+def table(summaries: Iterable[Mapping[str, Any]]) -> str:
+    """Summary records as a Markdown table (for the model card)."""
+    cols = ["decoder", "kind", "n", "exact", "exact_no_encodings", "token_accuracy", "syntax_ok",
+            "baseline_delete_syntax_ok", "baseline_copy_syntax_ok", "tpf"]  # fmt: skip
+    rows = ["| " + " | ".join(c.replace("_", " ") for c in cols) + " |", "|" + "---|" * len(cols)]
+    for s in summaries:
+        rows.append("| " + " | ".join("" if s.get(c) is None else str(s.get(c)) for c in cols) + " |")
+    return "\n".join(rows)
 
 
 def main(args: list[str]) -> None:
-    """`python -m dlmcode.heldout [MODEL_DIR] [line=N lines=N span=N]`: summaries as JSON lines."""
+    """`python -m dlmcode.heldout [model=DIR] [out=FILE.jsonl] [line=N] [lines=N] [span=N]`:
+    summaries as JSON lines on stdout; with out=, every record is appended to that file too."""
     import json
-    import sys
     from pathlib import Path
 
     from .models import builtin
 
     torch.set_num_threads(2)
-    path = Path(args[0]) if args and "=" not in args[0] else Path(__file__).parent / "weights" / "builtin"
-    suite = {k: int(v) for k, v in (a.split("=") for a in args if "=" in a)} or DEFAULT_SUITE
+    opts = dict(a.split("=", 1) for a in args)
+    path = Path(opts.pop("model", Path(__file__).parent / "weights" / "builtin"))
+    out = opts.pop("out", None)
+    suite = {k: int(v) for k, v in opts.items()} or DEFAULT_SUITE
     dlm = builtin.load(path, torch.device("cpu"), torch.float32)
     for record in evaluate(dlm, suite=suite):
+        if out:
+            with open(out, "a") as f:
+                f.write(json.dumps(record) + "\n")
         if record["event"] == "summary":
             print(json.dumps(record), flush=True)
-        else:
-            print(json.dumps({k: record[k] for k in ("decoder", "kind", "path", "exact", "syntax_ok", "target", "output")}), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

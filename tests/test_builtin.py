@@ -19,7 +19,7 @@ from dlmcode.models import builtin  # noqa: E402
 
 WEIGHTS = Path(str(resources.files("dlmcode.weights") / "builtin"))
 GUARD_TASKS = 20  # held-out single lines in the regression guard
-GUARD_SYNTAX_OK = 0.6  # at least this share fills without new breakage (a guard, not the benchmark)
+GUARD_SYNTAX_OK = 0.5  # share filled without new breakage; the shipped model scores 0.60 on these 20 (a guard, not the benchmark)
 
 shipped = pytest.mark.skipif(not (WEIGHTS / "model.safetensors").exists(), reason="no shipped built-in model yet")
 
@@ -73,9 +73,31 @@ def test_tokenizer_round_trips_every_stdlib_file(dlm):
 
 
 @shipped
+@pytest.mark.slow
 def test_heldout_single_lines_regression_guard(dlm):
     files = heldout.heldout_files()
     tasks = heldout.make_tasks(files, "line", GUARD_TASKS, seed=0)
-    outcomes = list(heldout.run_tasks(tasks, files, heldout.known_length(dlm), "low-confidence"))
+    outcomes = list(heldout.run_tasks(tasks, files, dlm, "low-confidence"))
     summary = heldout.summarize(outcomes)
     assert summary["syntax_ok"] >= GUARD_SYNTAX_OK, summary
+
+
+TOY = {"a.py": "import os\n\n\ndef f(x):\n    y = x + 1\n    return y\n", "b.py": "x = 1\ny = 2\nz = 3\n"}
+
+
+def test_heldout_tasks_are_deterministic_line_holes():
+    first = heldout.make_tasks(TOY, "line", 5, seed=3)
+    assert first == heldout.make_tasks(TOY, "line", 5, seed=3)
+    for task in first:
+        hole = TOY[task.path][task.start : task.end]
+        assert hole.strip() and "\n" not in hole  # a non-blank line, its line break stays outside
+    lines = heldout.make_tasks(TOY, "lines", 3, seed=0)
+    assert all(2 <= t.lines[1] - t.lines[0] + 1 <= 5 for t in lines)
+
+
+def test_heldout_baselines():
+    start = TOY["a.py"].index("    return y")
+    task = heldout.Task("line", "a.py", start, start + len("    return y"), (6, 6))
+    assert TOY["a.py"][task.start : task.end] == "    return y"
+    base = heldout.baselines(task, TOY["a.py"])
+    assert base["delete_ok"] and base["copy_ok"] and not base["copy_exact"]
