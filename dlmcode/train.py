@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -543,8 +544,13 @@ Experimental: a tiny model trained for hours on 2 CPU cores; see the evaluation 
 
 def parse_overrides(args: list[str]) -> TrainConfig:
     """key=value pairs -> TrainConfig, rejecting unknown keys."""
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    values = {}
+    return overrides(TrainConfig(), args)
+
+
+def overrides(config: Any, args: list[str], given: dict | None = None) -> Any:
+    """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values are UsageErrors."""
+    types = {f.name: f.type for f in fields(config)}
+    values = dict(given or {})
     for arg in args:
         key, _, raw = arg.partition("=")
         if key not in types:
@@ -554,7 +560,7 @@ def parse_overrides(args: list[str]) -> TrainConfig:
             values[key] = kind(raw)
         except ValueError:
             raise UsageError(f"bad value {raw!r} for training setting {key} (expects {types[key]})") from None
-    return replace(TrainConfig(), **values)
+    return replace(config, **values)
 
 
 if __name__ == "__main__":

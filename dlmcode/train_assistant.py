@@ -327,18 +327,7 @@ def check_config(cfg: AssistantTrainConfig) -> None:
 
 def parse_overrides(args: list[str], **given: str | None) -> AssistantTrainConfig:
     """key=value pairs (and the CLI's own options in `given`, None = unset) -> config, rejecting unknown keys."""
-    types = {f.name: f.type for f in fields(AssistantTrainConfig)}
-    values = {k: v for k, v in given.items() if v is not None}
-    for arg in args:
-        key, _, raw = arg.partition("=")
-        if key not in types:
-            raise UsageError(f"unknown training setting {key!r}; known: {', '.join(types)}")
-        kind = {"int": int, "float": float, "str": str, "bool": lambda s: s.lower() in ("1", "true", "yes")}[types[key]]
-        try:
-            values[key] = kind(raw)
-        except ValueError:
-            raise UsageError(f"bad value {raw!r} for training setting {key} (expects {types[key]})") from None
-    return replace(AssistantTrainConfig(), **values)
+    return T.overrides(AssistantTrainConfig(), args, {k: v for k, v in given.items() if v is not None})
 
 
 def command(cfg: AssistantTrainConfig) -> str:
