@@ -35,9 +35,9 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
