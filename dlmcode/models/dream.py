@@ -56,18 +56,10 @@ def matches(config: dict) -> bool:
 
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
     config = hf.read_config(path)
-    try:
-        native_dream.DreamConfig.from_json(config)
-        native.shard_files(path)
-    except native.NotNative as why:
-        if not trust_remote_code:
-            raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
+    if not native.runs(path, hf.label(path), TITLE, config, native_dream.DreamConfig.from_json, trust_remote_code):
         return load_remote(path, config, device, dtype)
     tok = load_tokenizer(path)
-    try:
-        model = native_dream.load_model(path, config, device, dtype)
-    except native.NotNative as why:
-        raise native.not_native_error(hf.label(path), TITLE, str(why)) from None
+    model = native.load_or_explain(native_dream.load_model, path, hf.label(path), TITLE, config, device, dtype)
     dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model, align=align), device, dtype)
     padded = batch.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device)  # pads are never attended
     return dataclasses.replace(

@@ -178,3 +178,23 @@ def not_native_error(name: str, family: str, reason: str) -> ModelError:
         f"model {name!r} is {family}, but not one dlmcode's native {family} runs ({reason}):"
         f" pass --trust-remote-code to run its published modelling code instead{note}"
     )
+
+
+def runs(path: Path, name: str, family: str, config: dict, parse: Callable[[dict], Any], trust_remote_code: bool) -> bool:
+    """Whether the native code runs this folder; if not, False with --trust-remote-code, else one clear ModelError."""
+    try:
+        parse(config)
+        shard_files(path)
+        return True
+    except NotNative as why:
+        if not trust_remote_code:
+            raise not_native_error(name, family, str(why)) from None
+        return False
+
+
+def load_or_explain(load_model: Callable[..., nn.Module], path: Path, name: str, family: str, *args: Any) -> nn.Module:
+    """`load_model(path, *args)`, with a weight file the native code cannot read turned into one clear ModelError."""
+    try:
+        return load_model(path, *args)
+    except NotNative as why:
+        raise not_native_error(name, family, str(why)) from None
