@@ -192,6 +192,42 @@ def test_sweeps_are_cartesian_per_decoder_and_checked():
         runner.configs(["nope"], [], [])
 
 
+def test_cache_is_a_setting_of_every_decoder_and_part_of_each_row():
+    found = runner.configs(["threshold", "low-confidence"], ["block=4"], ["cache=none,prefix"])
+    assert [c.label for c in found] == ["threshold cache=none", "threshold cache=prefix",
+                                        "low-confidence cache=none", "low-confidence cache=prefix"]  # fmt: skip
+    assert "cache" not in found[0].settings and found[1].settings["cache"] == "prefix"  # old --out samples keep their keys
+    assert found[1].cache.block == 4 and found[0].key() != found[1].key()
+    (refreshed,) = runner.configs(["threshold"], ["cache=dual", "cache_refresh=3"], [])
+    assert refreshed.settings["cache_refresh"] == 3 and refreshed.cache.mode == "dual"
+    with pytest.raises(UsageError, match="--cache 'lru'"):
+        runner.configs(["threshold"], ["cache=lru"], [])
+    with pytest.raises(UsageError, match="cache_refresh='often'"):
+        runner.configs(["threshold"], ["cache=prefix", "cache_refresh=often"], [])
+    with pytest.raises(UsageError, match="--batch-size above 1 with a KV cache"):
+        runner.prepare_bench("heldout-single", ["threshold"], ["cache=prefix"], [], 1, 0, 8, None, {}, batch_size=2)
+
+
+def test_bench_rows_with_a_cache_run_it(dlm, tasks_file):
+    """refresh=1 runs every position every call, so its rows equal no cache's; prefix runs fewer positions."""
+    seen = []
+
+    def cached(settings):
+        pr = dlm.cached(settings)
+        seen.append(pr)
+        return pr
+
+    spied = dataclasses.replace(dlm, cached=cached)
+    configs = runner.configs(["low-confidence"], ["block=2"], ["cache=none,prefix", "cache_refresh=0,1"])
+    run = runner.BenchRun(str(tasks_file), configs)
+    run.load(spied)
+    found = {(s.settings.get("cache"), s.settings.get("cache_refresh"), s.task): s for s in run.stream(spied)}
+    assert len(found) == 3 * 4  # none (refresh is the cache's, so none=0 and none=1 are one row), prefix 0, prefix 1
+    assert len(seen) == 2 * 4 and sum(p.cached_calls for p in seen) > 0
+    for task in ("t/add", "t/sub", "t/dict", "t/loop"):
+        assert found["prefix", 1, task].output == found[None, None, task].output
+
+
 # ---------------------------------------------------------------- the bench
 
 

@@ -27,6 +27,7 @@ from ..assistant import attach
 from ..decoders.base import Decoder
 from ..errors import DlmcodeError, InputError, UsageError
 from ..models import batch
+from ..models import cache as kvcache
 from ..models.base import Dlm
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
@@ -38,6 +39,7 @@ ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token
 SAMPLES_FILE = "samples.jsonl"
 PART_FILE = "samples.rank{}.jsonl"  # a rank's samples while a sharded run is going
 GATHER_TIMEOUT = timedelta(hours=12)  # ranks that finish early wait this long for the others
+RUN_SETTINGS = ("cache", "cache_refresh")  # settings of how a decoder is run, not of the decoder: every decoder has them
 
 
 # ---------------------------------------------------------------- decoder settings and sweeps
@@ -50,10 +52,19 @@ class Config:
     name: str
     decoder: Decoder
     sweep: dict[str, str] = field(default_factory=dict)  # this point's swept values
+    cache: kvcache.CacheSettings = field(default_factory=kvcache.CacheSettings)  # block: the decoder's
 
     @property
     def settings(self) -> dict[str, Any]:
-        return decoders.settings_of(self.decoder)
+        """The decoder's settings, and the cache's when there is one (so rows and resume keys tell them apart)."""
+        if self.cache.mode == "none":
+            return decoders.settings_of(self.decoder)  # refresh means nothing without a cache
+        refresh = {"cache_refresh": self.cache.refresh} if self.cache.refresh else {}
+        return decoders.settings_of(self.decoder) | {"cache": self.cache.mode} | refresh
+
+    def model(self, dlm: Dlm) -> Dlm:
+        """`dlm` behind a fresh cache for one decode (itself without one)."""
+        return kvcache.attach(dlm, self.cache.mode, self.cache.refresh, self.cache.block)
 
     @property
     def label(self) -> str:
@@ -76,6 +87,7 @@ def configs(names: list[str], options: list[str], sweeps: list[str], temperature
     """Every decoder (none named: all of them) with -o settings and the cartesian product of its sweeps.
 
     A setting or sweep applies to the decoders that have it; one that no decoder has is an error.
+    `cache` and `cache_refresh` (RUN_SETTINGS) apply to every decoder: `--sweep cache=none,prefix`.
     """
     names = names or list(decoders.DECODERS)
     for name in names:
@@ -97,11 +109,22 @@ def _points(name: str, given: dict[str, str], axes: dict[str, list[str]], temper
     for values in itertools.product(*own.values()):
         point = dict(zip(own, values))
         options = {k: v for k, v in given.items() if k in _fields(name)} | point
-        yield Config(name, fill.make_decoder(name, options, temperature), point)
+        run = {k: options.pop(k) for k in RUN_SETTINGS if k in options}
+        decoder = fill.make_decoder(name, options, temperature)
+        yield Config(name, decoder, point, cache_settings(run, getattr(decoder, "block", 0)))
+
+
+def cache_settings(run: dict[str, str], block: int) -> kvcache.CacheSettings:
+    """-o/--sweep cache=... and cache_refresh=... as CacheSettings (a UsageError for bad values)."""
+    try:
+        refresh = int(run.get("cache_refresh", 0))
+    except ValueError:
+        raise UsageError(f"cache_refresh={run['cache_refresh']!r}: give a whole number of calls") from None
+    return kvcache.CacheSettings(run.get("cache", "none"), block, refresh)
 
 
 def _fields(name: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(decoders.DECODERS[name]) if f.init}
+    return {f.name for f in dataclasses.fields(decoders.DECODERS[name]) if f.init} | set(RUN_SETTINGS)
 
 
 # ---------------------------------------------------------------- one decode
@@ -116,7 +139,8 @@ class Infill:
         plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
         if len(plan.holes) != 1:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
-        return fill.Job(plan, dlm, config.decoder, seed, task.lang, before=task.original, predict=fill.exact_length(dlm))
+        model = config.model(dlm)
+        return fill.Job(plan, model, config.decoder, seed, task.lang, before=task.original, predict=fill.exact_length(model))
 
     def output(self, task: Task, result: fill.Result) -> str:
         return result.text[len(task.prompt) : len(result.text) - len(task.suffix)]
@@ -130,7 +154,7 @@ class Generate:
 
     def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
         return fill.prepare_generate(task.prompt, dlm=dlm, decoder=config.decoder, length=length, seed=seed,
-                                     lang=task.lang, chat=False)
+                                     lang=task.lang, chat=False, cache=config.cache.mode, cache_refresh=config.cache.refresh)
 
     def output(self, task: Task, result: fill.Result) -> str:
         return truncate(result.text[len(task.prompt) :], STOP)
@@ -233,7 +257,8 @@ def compare(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, conf
 
 def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, config: Config, seed: int,
                 lang: str | None, length: int | None) -> Sample:  # fmt: skip
-    job = fill.prepare_infill(source, span, dlm=dlm, decoder=config.decoder, length=length, seed=seed, lang=lang)
+    job = fill.prepare_infill(source, span, dlm=dlm, decoder=config.decoder, length=length, seed=seed, lang=lang,
+                              cache=config.cache.mode, cache_refresh=config.cache.refresh)
     result = job.run()
     output, exact = result.text, None
     if span is not None:
@@ -433,6 +458,8 @@ def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list
     except ValueError as err:
         raise UsageError(str(err)) from None
     chosen = configs(names, options, sweeps)
+    if batch_size > 1 and any(c.cache.mode != "none" for c in chosen):
+        raise UsageError("--batch-size above 1 with a KV cache: not supported (a cache keeps one decode's keys and values); use one or the other")
     return BenchRun(suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names), batch_size=batch_size)
 
 
