@@ -59,6 +59,8 @@ class Assistant(Protocol):
 
     def __call__(self, x: Tensor, last: bool = False) -> Tensor: ...  # (N, T, D) -> (N, T or 1, vocab) logits
 
+    def extend(self, x: Tensor, past: Any = None) -> tuple[Tensor, Any]: ...  # x (N, n, D) after `past` -> last logits (N, vocab), new past
+
 
 # ---------------------------------------------------------------- the tiny causal transformer
 
@@ -97,15 +99,26 @@ class CausalBlock(nn.Module):
         self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
         self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
 
-    def attend(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def attend(self, x: Tensor, cos: Tensor, sin: Tensor, past: list[Tensor] | None = None) -> Tensor:
+        """Causal attention of x's positions; with `past` ([k, v] of the positions before them, or []),
+        they also attend to those, and `past` is updated to hold theirs too."""
         n, length, d = x.shape
-        q, k, v = self.qkv(x).view(n, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)  # (N, H, T, hd) each
-        q, k = builtin.apply_rope(q, cos, sin), builtin.apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (N, H, T, hd)
+        qkv = self.qkv(x).view(n, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)  # (3, N, H, T, hd)
+        (q, k), v = builtin.apply_rope(qkv[:2], cos, sin), qkv[2]  # q and k rotated in one go: decoding is op-bound
+        if past:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (N, H, P + T, hd)
+        if past is not None:
+            past[:] = [k, v]
+        before = k.shape[2] - length
+        if before and length > 1:  # new positions after cached ones: each sees the past and the new ones up to itself
+            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(before)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:  # no past (plain causal), or one new position (sees everything)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=not before)  # (N, H, T, hd)
         return self.out(y.transpose(1, 2).reshape(x.shape))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.attend(self.norm1(x), cos, sin)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past: list[Tensor] | None = None) -> Tensor:
+        x = x + self.attend(self.norm1(x), cos, sin, past)
         return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
@@ -137,12 +150,30 @@ class TinyAssistant(nn.Module):
     def embed_ids(self, ids: Tensor) -> Tensor:
         return self.embed(ids)
 
-    def forward(self, x: Tensor, last: bool = False) -> Tensor:
-        """Logits of every position, or of the last one only (decoding: the head is most of the cost)."""
-        cos, sin = builtin.rope_tables(x.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, x.device)
-        for block in self.blocks:
-            x = block(x, cos, sin)
+    def forward(self, x: Tensor, last: bool = False, past: list[list[Tensor]] | None = None) -> Tensor:
+        """Logits of every position, or of the last one only (decoding: the head is most of the cost).
+
+        `past`: each layer's [k, v] of the positions before x ([] per layer at the start), extended in place.
+        """
+        start = past[0][0].shape[2] if past and past[0] else 0
+        cos, sin = self.rope(start + x.shape[1], x.device)
+        cos, sin = cos[start:], sin[start:]
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, None if past is None else past[i])
         return self.norm(x[:, -1:] if last else x) @ self.table.t()  # (N, T or 1, vocab)
+
+    def rope(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """cos/sin of positions 0..length-1, computed once per device and reused (decoding is op-bound)."""
+        cached = self.__dict__.setdefault("_rope", {}).get(device)
+        if cached is None or len(cached[0]) < length:
+            size = max(length, 2 * len(cached[0]) if cached else 64)
+            cached = self._rope[device] = builtin.rope_tables(size, self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, device)
+        return cached[0][:length], cached[1][:length]
+
+    def extend(self, x: Tensor, past: list[list[Tensor]] | None = None) -> tuple[Tensor, list[list[Tensor]]]:
+        """Run only x's new positions after those `past` holds (None: none): last logits (N, vocab), new past."""
+        past = [[] for _ in self.blocks] if past is None else past
+        return self(x, last=True, past=past)[:, -1], past
 
 
 # ---------------------------------------------------------------- a Hugging Face causal LM
@@ -167,6 +198,11 @@ class HfAssistant(nn.Module):
     def forward(self, x: Tensor, last: bool = False) -> Tensor:
         out = self.model(inputs_embeds=x, use_cache=False, logits_to_keep=1 if last else 0)
         return out.logits[..., : self.vocab]  # (N, T or 1, vocab)
+
+    def extend(self, x: Tensor, past: Any = None) -> tuple[Tensor, Any]:
+        """Run only x's new positions after those in the model's own cache `past`: last logits (N, vocab), new past."""
+        out = self.model(inputs_embeds=x, past_key_values=past, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, : self.vocab], out.past_key_values
 
     def meta(self) -> dict:
         return {"vocab": self.vocab, "open_id": self.open_id, "close_id": self.close_id,
@@ -252,15 +288,17 @@ def prefix(assistant: Assistant, probs: Tensor) -> Tensor:
 def decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None = None) -> tuple[Tensor, Tensor]:
     """Decode N blocks left to right: token ids (N, B) and the entropy in nats of each token's
     next-token distribution (N, B). Greedy at temperature 0, else Gumbel-max with `rng`.
-    Recomputes the short sequence each token instead of keeping a KV cache (B + 2 .. 2B + 1 long)."""
+    The assistant keeps its keys and values: each token after the first runs one position."""
     x = prefix(assistant, probs)  # (N, B + 2, D)
+    logits, past = assistant.extend(x)  # (N, vocab) after E(close)
     ids, entropies = [], []
-    for _ in range(probs.shape[1]):
-        logits = assistant(x, last=True)[:, -1].float()  # (N, vocab)
+    for j in range(probs.shape[1]):
+        logits = logits.float()
         entropies.append(sampling.entropy(logits))
         token = sampling.gumbel_argmax(logits if banned is None else sampling.without(logits, banned), temperature, rng)
         ids.append(token)
-        x = torch.cat([x, assistant.embed_ids(token)[:, None].to(x.dtype)], dim=1)
+        if j + 1 < probs.shape[1]:
+            logits, past = assistant.extend(assistant.embed_ids(token)[:, None].to(x.dtype), past)
     return torch.stack(ids, 1), torch.stack(entropies, 1).float()
 
 

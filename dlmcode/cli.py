@@ -352,7 +352,7 @@ def bench(
 def speed(
     lengths: Annotated[str, typer.Option(help="prompt lengths in tokens, comma-separated")] = "128,512,2048",
     gen: Annotated[int, typer.Option(help="holes decoded after each prompt")] = 64,
-    block: Annotated[int, typer.Option(help="holes per block (the decoders' `block` setting)")] = 32,
+    block: Annotated[int, typer.Option(help="holes a decoder chooses from per call: its `block`; codila keeps B = 4 and gets a window of block // 4 blocks")] = 32,
     cache: Annotated[str, typer.Option(help="cache modes timed besides none, comma-separated")] = "prefix,dual",
     repeats: Annotated[int, typer.Option(help="decodes per row; the fastest counts")] = 1,
     decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder]")] = None,

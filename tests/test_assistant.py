@@ -69,6 +69,18 @@ def test_decode_is_left_to_right_with_per_token_entropies():
     assert torch.equal(a, A.decode(model, probs, 1.0, torch.Generator().manual_seed(3))[0])
 
 
+@pytest.mark.parametrize("split", [[7], [5, 2], [5, 1, 1], [3, 3, 1]])
+def test_extending_a_kept_past_equals_running_the_whole_sequence(split):
+    model = tiny()
+    x = torch.randn(2, 7, 16)
+    whole = model(x)  # (2, 7, V)
+    past, at = None, 0
+    for n in split:  # chunks after the kept positions: several new ones at once, or one
+        last, past = model.extend(x[:, at : at + n], past)
+        at += n
+        assert torch.allclose(last, whole[:, at - 1], atol=1e-5)
+
+
 def test_block_loss_is_the_teacher_forced_decode():
     model = tiny()
     probs = torch.softmax(torch.randn(1, 3, 30), -1)
@@ -221,6 +233,9 @@ def test_a_hf_causal_lm_reads_soft_embeddings_and_round_trips(dlm, tmp_path):
     probs = torch.softmax(torch.randn(2, 3, len(table)), -1)
     ids, entropies = A.decode(model, probs, 0.0, torch.Generator(), banned=dlm.mask_id)
     assert ids.shape == (2, 3) and A.block_loss(model, probs, ids).item() > 0
+    x = torch.cat([A.prefix(model, probs), model.embed_ids(ids[:, :2])], 1)  # the decode's whole sequence
+    whole = torch.log_softmax(model(x)[:, -3:].float(), -1)  # next-token distributions without the model's cache
+    assert torch.allclose(-(whole.exp() * whole).sum(-1), entropies, atol=1e-4)  # the cached decode saw the same
     A.save(model, tmp_path / "hf")
     again = A.attach(Codila(assistant=str(tmp_path / "hf")), dlm).assistant
     assert isinstance(again, A.HfAssistant) and torch.equal(A.decode(again, probs, 0.0, torch.Generator())[0], ids)

@@ -225,6 +225,15 @@ def test_speed_bench_rows_ratios_and_targets(tiny_dlm):
     doc = speed.summary(rows, tiny_dlm, cfg)
     assert set(doc["targets"]["overhead_ok"]) == {"low-confidence", "threshold"} and len(doc["rows"]) == 4
     assert doc["rows"][1]["ratios"]["calls"] == 1.0
+    assert doc["decoder_settings"] == {"low-confidence": {"block": 4}, "threshold": {"block": 4}}
+
+
+def test_speed_gives_every_decoder_the_same_holes_per_call():
+    from dlmcode.bench import speed
+
+    assert speed.options_for("mean-field", 32) == {"block": 32}
+    assert speed.options_for("codila", 32) == {"window": 8}  # B stays the paper's 4: 8 blocks of 4 holes
+    assert speed.options_for("codila", 2) == {"window": 1}
 
 
 def test_speed_settings_are_checked():

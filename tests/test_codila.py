@@ -78,6 +78,9 @@ class SaysAlways(torch.nn.Module):
         logits[..., self.token] = 20.0
         return logits
 
+    def extend(self, x, past=None):
+        return self(x, last=True)[:, -1], None
+
 
 def test_verify_holds_back_holes_where_the_assistant_disagrees():
     # four holes, dLLM top-1 0.95 each: tokens 2, 5, 2, 5; the assistant always says 2

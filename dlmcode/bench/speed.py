@@ -43,7 +43,7 @@ CODILA_TARGET = 0.30
 class SpeedConfig:
     lengths: tuple[int, ...] = (128, 512, 2048)  # prompt tokens
     gen: int = 64  # holes after the prompt
-    block: int = 32  # holes per semi-autoregressive block (the overhead target is for up to 32 in the active block)
+    block: int = 32  # holes a decoder chooses from per call (options_for); the overhead target is for up to 32
     caches: tuple[str, ...] = ("none", "prefix", "dual")  # "none" always runs: the baseline needs it
     names: tuple[str, ...] = ()  # decoders; () = every registered one
     seed: int = 0
@@ -126,13 +126,26 @@ def canvas(dlm: Dlm, length: int, gen: int) -> Canvas:
     return Canvas(torch.tensor(ids, dtype=torch.long), dlm.mask_id)
 
 
+def options_for(name: str, block: int) -> dict[str, int]:
+    """Settings that give `name` `block` holes to choose from per call, the rest at their defaults.
+
+    A block decoder gets block = `block`. codila's `block` is CoDiLA's B, the holes its assistant
+    decodes one after another, so it keeps the paper's B (4) and gets a window of block // B
+    candidate blocks: the same holes per call, decoded B steps deep (B = 32 would be 32
+    sequential assistant steps per call, a different decoder than the paper's).
+    """
+    cls = decoders.DECODERS[name]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if "window" in fields:
+        return {"window": max(1, block // cls().block)}
+    return {"block": block} if "block" in fields else {}
+
+
 def make_decoder(name: str, block: int, dlm: Dlm) -> decoders.Decoder:
-    """The decoder with default settings and `block`; codila gets its assistant (assistant.attach)."""
+    """The decoder with `options_for` settings; codila gets its assistant (assistant.attach)."""
     from ..assistant import attach
 
-    fields = {f.name for f in dataclasses.fields(decoders.DECODERS[name])}
-    built = decoders.build(name, {"block": block} if "block" in fields else {})
-    return attach(built, dlm)
+    return attach(decoders.build(name, options_for(name, block)), dlm)
 
 
 def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, seed: int) -> Row:
@@ -208,6 +221,7 @@ def summary(rows: list[Row], dlm: Dlm, cfg: SpeedConfig) -> dict[str, Any]:
         "threads": torch.get_num_threads(),  # CPU: set OMP_NUM_THREADS; on a busy machine 1 thread times small calls truer
         "settings": dataclasses.asdict(cfg),
         "baseline": f"{BASELINE}, one token per call, cache none",
+        "decoder_settings": {name: options_for(name, cfg.block) for name in dict.fromkeys(r.decoder for r in rows)},
         "rows": [r.to_dict() for r in rows],
         "targets": targets(rows),
     }
