@@ -357,6 +357,7 @@ def speed(
     repeats: Annotated[int, typer.Option(help="decodes per row; the fastest counts")] = 1,
     decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder]")] = None,
     model: Model = None,
+    shape: Annotated[str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
     family: Family = None,
@@ -373,7 +374,7 @@ def speed(
         cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats)
         con = view.console(quiet)
         with con.status("loading model…"):
-            dlm, note = timing.load(model, device, dtype, family, trust_remote_code)
+            dlm, note = timing.load(model, device, dtype, family, trust_remote_code, shape)
         rows = []
         with con.status("speed: warming up…") as status:
             for item in timing.stream(dlm, cfg):

@@ -236,6 +236,25 @@ def test_speed_gives_every_decoder_the_same_holes_per_call():
     assert speed.options_for("codila", 2) == {"window": 1}
 
 
+SMALL = {"llada-8b": {"d_model": 32, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 64},
+         "dream-7b": {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+                      "intermediate_size": 56}}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", ["llada-8b", "dream-7b"])
+def test_a_published_stand_in_runs_the_native_code_with_its_cache(shape):
+    from dlmcode.bench import speed, standins
+
+    dlm = standins.published(shape, torch.device("cpu"), torch.float32, SMALL[shape])
+    assert dlm.mask_id in (126336, 151666) and dlm.cached is not None
+    full = dlm.predict(speed.canvas(dlm, 20, 8).tokens)
+    assert full.shape == (28, standins.SHAPES[shape][1]["vocab_size"]) and torch.isfinite(full).all()
+    rows = speed.run(dlm, speed.SpeedConfig(lengths=(20,), gen=8, block=4, caches=("prefix",), names=("low-confidence",)))
+    assert [(r.cache, r.calls) for r in rows] == [("none", 8), ("prefix", 8)]
+    with pytest.raises(UsageError, match="--shape 'gpt-9'"):
+        standins.published("gpt-9", torch.device("cpu"), torch.float32)
+
+
 def test_speed_settings_are_checked():
     from dlmcode.bench import speed
 

@@ -14,26 +14,9 @@ import torch
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 from dlmcode import models  # noqa: E402
+from dlmcode.bench.standins import DREAM_7B, LLADA_8B  # noqa: E402  (the published config.json files)
 from dlmcode.errors import ModelError  # noqa: E402
 from dlmcode.models import dream, native_dream, native_llada  # noqa: E402
-
-# config.json of GSAI-ML/LLaDA-8B-Base (and -Instruct: same architecture), the fields the model reads
-LLADA_8B = {
-    "model_type": "llada", "architectures": ["LLaDAModelLM"], "activation_type": "silu", "alibi": False,
-    "attention_layer_norm": False, "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama",
-    "d_model": 4096, "embedding_size": 126464, "include_bias": False, "include_qkv_bias": False,
-    "input_emb_norm": False, "layer_norm_type": "rms", "layer_norm_with_affine": True, "mlp_hidden_size": 12288,
-    "mlp_ratio": 4, "n_heads": 32, "n_kv_heads": 32, "n_layers": 32, "rms_norm_eps": 1e-05, "rope": True,
-    "rope_full_precision": True, "rope_theta": 500000.0, "scale_logits": False, "vocab_size": 126464,
-    "weight_tying": False, "max_sequence_length": 4096, "mask_token_id": 126336, "eos_token_id": 126081,
-}
-# config.json of Dream-org/Dream-v0-Base-7B (Qwen2.5-7B shapes)
-DREAM_7B = {
-    "model_type": "Dream", "architectures": ["DreamModel"], "hidden_act": "silu", "hidden_size": 3584,
-    "intermediate_size": 18944, "max_position_embeddings": 131072, "num_attention_heads": 28,
-    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": None,
-    "rope_theta": 1000000.0, "tie_word_embeddings": False, "vocab_size": 152064, "mask_token_id": 151666,
-}
 
 
 def shapes(module: torch.nn.Module) -> dict[str, tuple[int, ...]]:

@@ -242,22 +242,6 @@ def targets(rows: list[Row]) -> dict[str, Any]:
     }
 
 
-def builtin_stand_in(device: torch.device) -> Dlm:
-    """A random model of the built-in architecture and size, for timing when the trained weights are not installed."""
-    import tempfile
-
-    from ..models import builtin
-    from ..train import train_tokenizer
-
-    text = [p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parent.parent.rglob("*.py"))]
-    tok = train_tokenizer(text, builtin.BuiltinConfig().vocab_size)
-    cfg = builtin.BuiltinConfig(vocab_size=tok.tok.get_vocab_size())
-    with tempfile.TemporaryDirectory() as tmp:
-        builtin.save(builtin.DlmcodeDiffusionLM(cfg), tok, Path(tmp), dtype=torch.float32)
-        dlm = builtin.load(Path(tmp), device, torch.float32)
-    return dataclasses.replace(dlm, name="random stand-in of the built-in architecture")
-
-
 def table(rows: list[Row], title: str) -> Any:
     """The rows as a Rich table for stderr; x columns are ratios to the baseline at the same prompt length."""
     from rich import box
@@ -275,18 +259,26 @@ def table(rows: list[Row], title: str) -> Any:
     return t
 
 
-def load(name: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool) -> tuple[Dlm, str | None]:
-    """The model to time, and a note when the built-in weights are missing and a random stand-in is timed instead."""
+def load(name: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool,
+         shape: str | None = None) -> tuple[Dlm, str | None]:  # fmt: skip
+    """The model to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
     from .. import models
     from ..errors import ModelError
-    from ..models.device import resolve_device
+    from ..models.device import resolve_device, resolve_dtype
+    from . import standins
 
+    if shape is not None:
+        if name is not None:
+            raise UsageError("--shape times a random model of a published architecture: give it or --model, not both")
+        where = resolve_device(device)
+        dlm = standins.published(shape, where, resolve_dtype(dtype, where))
+        return dlm, f"{dlm.name}: random weights at the published shapes (times are real; TPF and outputs mean nothing)"
     try:
         return models.load(name, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code), None
     except ModelError:
         if name is not None:
             raise
-    dlm = builtin_stand_in(resolve_device(device))
+    dlm = standins.builtin_stand_in(resolve_device(device))
     return dlm, "the built-in weights are not installed: timing a random model of its architecture and size (TPF means nothing)"
 
 
