@@ -129,6 +129,19 @@ def test_contract(name, options, kind, make_tiny_model, make_canvas):
     assert model.calls == steps[-1].calls, "calls must count real forward passes"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", DECODERS)
+def test_logits_on_a_gpu_decode_as_on_the_cpu(name, make_tiny_model, make_canvas):
+    """The model on a GPU, the canvas on the CPU (as dlmcode runs them): the same steps as all on the CPU."""
+    model = make_tiny_model()
+    canvas = canvas_for("runs", model, make_canvas)
+    decoder = build(name, {})
+    on_cpu = run(decoder, canvas, model)
+    on_gpu = run(decoder, canvas, lambda tokens: model(tokens).cuda())
+    assert trace(on_gpu) == trace(on_cpu) and torch.equal(final(canvas, on_gpu), final(canvas, on_cpu))
+    assert all(s.filled.device.type == s.scores.device.type == "cpu" for s in on_gpu)
+
+
 @pytest.mark.parametrize(("name", "options"), DECODER_SETTINGS)
 def test_no_holes_no_steps(name, options, tiny_model, make_canvas):
     canvas = make_canvas([7], tiny_model.mask_id, tiny_model.vocab)

@@ -98,7 +98,8 @@ def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Gen
             ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), decoder.temperature, rng)  # (H,)
             conf = sampling.confidence(rows, ids, canvas.late_ids)  # (H,)
             choice = decoder.choose(rows, ids, conf, Block(number, len(runs), len(positions), step), rng)
-            canvas = canvas.fill(active[choice.rows], ids[choice.rows])
-            yield Step(index, canvas, active[choice.rows], choice.scores, calls, {"block": number})
+            chosen = choice.rows.to(active.device)  # decoders work where the logits are (a GPU); the canvas stays put
+            canvas = canvas.fill(active[chosen], ids[choice.rows].to(active.device))
+            yield Step(index, canvas, active[chosen], choice.scores.to(active.device), calls, {"block": number})
             index += 1
             step += 1
