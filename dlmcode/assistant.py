@@ -167,7 +167,8 @@ class TinyAssistant(nn.Module):
         cached = self.__dict__.setdefault("_rope", {}).get(device)
         if cached is None or len(cached[0]) < length:
             size = max(length, 2 * len(cached[0]) if cached else 64)
-            cached = self._rope[device] = builtin.rope_tables(size, self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, device)
+            with torch.inference_mode(False):  # made during decoding, used by training too: never an inference tensor
+                cached = self._rope[device] = builtin.rope_tables(size, self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, device)
         return cached[0][:length], cached[1][:length]
 
     def extend(self, x: Tensor, past: list[list[Tensor]] | None = None) -> tuple[Tensor, list[list[Tensor]]]:
@@ -284,11 +285,16 @@ def prefix(assistant: Assistant, probs: Tensor) -> Tensor:
     return torch.cat([ends[0].expand(n, 1, -1), soft, ends[1].expand(n, 1, -1)], dim=1)
 
 
-@torch.no_grad()
 def decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None = None) -> tuple[Tensor, Tensor]:
     """Decode N blocks left to right: token ids (N, B) and the entropy in nats of each token's
     next-token distribution (N, B). Greedy at temperature 0, else Gumbel-max with `rng`.
     The assistant keeps its keys and values: each token after the first runs one position."""
+    with torch.inference_mode():  # cheaper per op than no_grad, and decoding is op-bound
+        ids, entropies = _decode(assistant, probs, temperature, rng, banned)
+    return ids.clone(), entropies.clone()  # ordinary tensors: callers may use them where autograd records
+
+
+def _decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None) -> tuple[Tensor, Tensor]:
     x = prefix(assistant, probs)  # (N, B + 2, D)
     logits, past = assistant.extend(x)  # (N, vocab) after E(close)
     ids, entropies = [], []
