@@ -298,10 +298,14 @@ def _decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.
     x = prefix(assistant, probs)  # (N, B + 2, D)
     logits, past = assistant.extend(x)  # (N, vocab) after E(close)
     ids, entropies = [], []
+    ban = banned is not None and 0 <= banned < assistant.vocab
     for j in range(probs.shape[1]):
-        logits = logits.float()
-        entropies.append(sampling.entropy(logits))
-        token = sampling.gumbel_argmax(logits if banned is None else sampling.without(logits, banned), temperature, rng)
+        logits = logits.float()  # (N, vocab): a new tensor of the assistant's, edited in place below
+        logp = torch.log_softmax(logits, dim=-1)  # finite: the head's logits are
+        entropies.append(-(logp.exp() * logp).sum(-1))  # float32: plenty to rank blocks by entropy
+        if ban:
+            logits[:, banned] = -math.inf  # never propose the dLLM's mask id
+        token = sampling.gumbel_argmax(logits, temperature, rng)
         ids.append(token)
         if j + 1 < probs.shape[1]:
             logits, past = assistant.extend(assistant.embed_ids(token)[:, None].to(x.dtype), past)
