@@ -202,8 +202,8 @@ class HfAssistant(nn.Module):
 
     def extend(self, x: Tensor, past: Any = None) -> tuple[Tensor, Any]:
         """Run only x's new positions after those in the model's own cache `past`: last logits (N, vocab), new past."""
-        out = self.model(inputs_embeds=x, past_key_values=past, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, : self.vocab], out.past_key_values
+        out = self.model(inputs_embeds=x, cache=past, use_cache=True, logits_to_keep=1)  # `cache`: transformers >= 5.24
+        return out.logits[:, -1, : self.vocab], out.cache
 
     def meta(self) -> dict:
         return {"vocab": self.vocab, "open_id": self.open_id, "close_id": self.close_id,
