@@ -243,3 +243,11 @@ def test_pairwise_top_is_exact_on_small_supports_and_conservative_otherwise():
     exact, pooled = pairwise(dense), pairwise_top(dense.log(), dense.topk(8).indices)
     assert bool((pooled >= exact - 1e-12).all())  # pooling can only raise D
     assert torch.equal(pooled, pooled.T) and bool((pooled.diagonal() == 0).all())
+
+
+def test_a_support_of_one_keeps_the_top_two_margin():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(5, 50, generator=g, dtype=torch.float64) * 2
+    _, q = select(logits, 0.9, 0, support=1)  # no updates: q = sigmoid(c)
+    top = torch.log_softmax(logits, -1).topk(2).values
+    assert torch.allclose(q, torch.sigmoid(top[:, 0] - top[:, 1]))

@@ -63,11 +63,11 @@ def select(
     logp = sampling.log_probs(logits)  # (H, V) float64
     vocab = logp.shape[-1]
     pooled = 0 < 2 * support < vocab
-    top = logp.topk(support if pooled else min(2, vocab), dim=-1)  # (H, k): sorted, so its first two give the margin
+    top = logp.topk(min(max(support, 2) if pooled else 2, vocab), dim=-1)  # (H, k): sorted, so its first two give the margin
     c = top.values[:, 0] - top.values[:, min(1, top.values.shape[1] - 1)]  # (H,) top-2 log-probability gap
     if late is not None:
         c = c.masked_fill(late, -math.inf)
-    d = pairwise_top(logp, top.indices) if pooled else pairwise(logp.exp())  # (H, H)
+    d = pairwise_top(logp, top.indices[:, :support]) if pooled else pairwise(logp.exp())  # (H, H)
     if normalize == "max" and d.numel() and d.max() > 0:
         d = d / d.max()  # S6: D / max_{i != j} D_ij; UNVERIFIED against the paper
     q = iterate(c, d, iterations, init)  # (H,)
