@@ -61,7 +61,7 @@ def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: d
 
     `overrides` replace config.json fields (tests shrink the model with them).
     """
-    from ..models import builtin, dream, native, native_dream, native_llada
+    from ..models import builtin, builtin_path, dream, native, native_dream, native_llada
 
     if shape not in SHAPES:
         raise UsageError(f"--shape {shape!r}: use one of {', '.join(SHAPES)}")
@@ -74,7 +74,7 @@ def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: d
     model = randomize(model.to_empty(device=device).to(dtype)).eval()
     align = dream.align if family == "dream" else None
     lookback = 1 if family == "dream" else 0  # Dream scores position i from hidden state i - 1 (models/dream.py)
-    tokenizer = builtin.BuiltinTokenizer.from_file(shipped_tokenizer())
+    tokenizer = builtin.BuiltinTokenizer.from_file(builtin_path() / "tokenizer.json")
     mask_id = int(config["mask_token_id"])
     return Dlm(
         name=f"random stand-in of {shape}",
@@ -103,8 +103,3 @@ def randomize(model: nn.Module) -> nn.Module:
             p.fill_(1.0)
     return model
 
-
-def shipped_tokenizer() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("dlmcode.weights") / "builtin" / "tokenizer.json"))
