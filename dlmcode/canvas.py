@@ -24,9 +24,16 @@ class Canvas:
     tokens: Tensor  # (L,) int64
     mask_id: int
     late_ids: tuple[int, ...] = ()  # tokens committed last: their commit confidence is zeroed (LLaDA confidence_eos_eot_inf)
+    span: Tensor | None = None  # (L,) bool: the positions a decoder may write (the holes it started from); None = the holes now
 
     def __post_init__(self) -> None:
         assert self.tokens.dim() == 1 and self.tokens.dtype == torch.long, (self.tokens.shape, self.tokens.dtype)
+        assert self.span is None or self.span.shape == self.tokens.shape, "span must be (L,) like tokens"
+
+    @property
+    def writable(self) -> Tensor:
+        """(L,) bool: holes and the positions committed since the decode began; never the user's code."""
+        return self.holes if self.span is None else self.span
 
     @property
     def holes(self) -> Tensor:
@@ -37,12 +44,28 @@ class Canvas:
         return int(self.holes.sum())
 
     def fill(self, pos: Tensor, ids: Tensor) -> Canvas:
-        """A new canvas with `ids` committed at `pos`; only holes may be committed."""
+        """A new canvas with `ids` committed at `pos`; only holes may be committed.
+
+        The first commit pins `span` to the holes before it, so that a later `reopen` knows
+        which positions were holes (decoder output) and which are the user's code.
+        """
         assert bool(self.holes[pos].all()), "commit outside a hole"
         assert not bool((ids == self.mask_id).any()), "commit of the mask token"
         tokens = self.tokens.clone()
         tokens[pos] = ids.to(tokens.dtype)
-        return Canvas(tokens, self.mask_id, self.late_ids)
+        return Canvas(tokens, self.mask_id, self.late_ids, self.writable.clone())
+
+    def reopen(self, pos: Tensor) -> Canvas:
+        """A new canvas with the committed positions `pos` turned back into holes (remasking).
+
+        Only positions a decoder committed may be reopened: the user's code never is.
+        """
+        assert bool(self.writable[pos].all()), "reopen outside the span"
+        assert not bool(self.holes[pos].any()), "reopen of a hole"
+        span = self.writable.clone()
+        tokens = self.tokens.clone()
+        tokens[pos] = self.mask_id
+        return Canvas(tokens, self.mask_id, self.late_ids, span)
 
 
 @dataclass(frozen=True)
@@ -55,9 +78,14 @@ class Step:
     scores: Tensor  # (k,) the score each commit was chosen by
     calls: int  # model forward passes so far (NFE)
     info: Mapping[str, float] = field(default_factory=dict)  # decoder-specific counters
+    reopened: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # (r,) committed positions turned back into holes in this step (before `filled` was committed)
 
 
 class Decoder(Protocol):
+    """Yields one Step per iteration; a step may reopen positions it committed earlier (never
+    the user's code), and `max_calls(n_holes)` bounds the calls of every decode, reopening
+    included, so that every decode is finite."""
+
     def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]: ...
 
     def max_calls(self, n_holes: int) -> int: ...
