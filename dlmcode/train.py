@@ -34,6 +34,7 @@ import shutil
 import sys
 import sysconfig
 import time
+import typing
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -43,6 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import settings
 from .errors import UsageError
 from .models.builtin import SPECIAL_TOKENS, BuiltinConfig, BuiltinTokenizer, DlmcodeDiffusionLM, save
 
@@ -548,18 +550,23 @@ def parse_overrides(args: list[str]) -> TrainConfig:
 
 
 def overrides(config: Any, args: list[str], given: dict | None = None) -> Any:
-    """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values are UsageErrors."""
-    types = {f.name: f.type for f in fields(config)}
+    """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values are UsageErrors.
+
+    Values are parsed by dlmcode.settings, the decoders' parser: `bf16=ture` is an error, not False.
+    """
+    types = {f.name: typing.get_type_hints(type(config))[f.name] for f in fields(config)}
     values = dict(given or {})
     for arg in args:
-        key, _, raw = arg.partition("=")
+        key, sep, raw = arg.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad -o {arg!r}: write -o key=value")
+        key, raw = key.strip(), raw.strip()
         if key not in types:
             raise UsageError(f"unknown training setting {key!r}; known: {', '.join(types)}")
-        kind = {"int": int, "float": float, "str": str, "bool": lambda s: s.lower() in ("1", "true", "yes")}[types[key]]
         try:
-            values[key] = kind(raw)
+            values[key] = settings.convert(raw, types[key])
         except ValueError:
-            raise UsageError(f"bad value {raw!r} for training setting {key} (expects {types[key]})") from None
+            raise UsageError(f"bad value {raw!r} for training setting {key} (expects {settings.type_name(types[key])})") from None
     return replace(config, **values)
 
 

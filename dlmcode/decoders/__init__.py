@@ -6,11 +6,11 @@ Adding a decoder is one file and one line in DECODERS; the contract tests pick i
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
+from .. import settings
 from ..errors import UsageError
 from .base import Decoder
 from .codila import Codila
@@ -58,13 +58,10 @@ def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
 
 def parse_options(pairs: list[str]) -> dict[str, str]:
     """`["tau=0.8", "block=32"]` -> {"tau": "0.8", "block": "32"}."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"bad -o {pair!r}: write -o key=value")
-        options[key.strip()] = value.strip()
-    return options
+    try:
+        return settings.pairs(pairs)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
@@ -78,36 +75,12 @@ def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
 
 
 def _convert(raw: str, hint: Any) -> Any:
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # e.g. int | None
-        if raw.lower() in ("none", "auto", ""):
-            if type(None) in args:
-                return None
-        return _convert(raw, next(a for a in args if a is not type(None)))
-    if typing.get_origin(hint) is Literal:
-        if raw not in args:
-            raise ValueError(raw)
-        return raw
-    if hint is bool:
-        if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(raw)
-        return raw.lower() in ("true", "1", "yes")
-    if hint is float:
-        value = float(raw)
-        if value != value:  # nan
-            raise ValueError(raw)
-        return value
-    return hint(raw)
+    return settings.convert(raw, hint)  # the one key=value parser (dlmcode/settings.py): no inf/nan, no misspelt bools
 
 
 def type_name(hint: Any) -> str:
     """Readable type for messages and listings: 'int', 'float', 'int or none', 'one of a|b'."""
-    if typing.get_origin(hint) is Literal:
-        return "one of " + "|".join(map(str, typing.get_args(hint)))
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if args and len(args) < len(typing.get_args(hint)):
-        return f"{type_name(args[0])} or none"
-    return getattr(hint, "__name__", str(hint))
+    return settings.type_name(hint)
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -122,10 +95,16 @@ def describe(name: str) -> dict[str, Any]:
     return {"name": name, "description": (cls.__doc__ or "").strip().splitlines()[0], "settings": settings}
 
 
-def settings_of(decoder: Decoder) -> dict[str, Any]:
-    """The decoder's settings as a JSON-ready dict (its exact configuration)."""
+def settings_of(decoder: Any) -> dict[str, Any]:
+    """The decoder's settings as a JSON-ready dict (its exact configuration); {} for a custom
+    decoder that is not a dataclass."""
+    if not dataclasses.is_dataclass(decoder):
+        return {}
     return {f.name: getattr(decoder, f.name) for f in dataclasses.fields(decoder) if f.repr}
 
 
-def name_of(decoder: Decoder) -> str:
-    return next(key for key, cls in DECODERS.items() if type(decoder) is cls)
+def name_of(decoder: Any) -> str:
+    """The registry name of a registered decoder; any other object meeting the Decoder
+    contract (a callable yielding Steps, e.g. passed through the Python API) is named by its class."""
+    registered = (key for key, cls in DECODERS.items() if type(decoder) is cls)
+    return next(registered, type(decoder).__name__)
