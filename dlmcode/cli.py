@@ -392,5 +392,39 @@ def speed(
             typer.echo(json.dumps(timing.summary(rows, dlm, cfg)))
 
 
+@app.command()
+def serve(
+    model: Model = None,
+    host: Annotated[str, typer.Option(help="address to listen on; beyond localhost, set --api-key")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (8012: llama.vim's and llama.vscode's default)")] = 8012,
+    decoder: DecoderName = "low-confidence",
+    option: Options = None,
+    cache: Cache = "none",
+    cache_refresh: CacheRefresh = 0,
+    api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY", help="require Authorization: Bearer KEY on every request [env DLMCODE_API_KEY]")] = None,
+    lang: Annotated[str | None, typer.Option(help="language of the syntax rule and breakage [default: python for the built-in model, none otherwise]")] = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    family: Family = None,
+    trust_remote_code: TrustRemoteCode = False,
+) -> None:
+    """Serve completions to editors: llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate."""
+    from . import decoders, syntax
+    from .models.cache import CacheSettings
+
+    with reported("the server stopped"):
+        options = decoders.parse_options(option or [])
+        decoders.build(decoder, options)  # a bad decoder or setting fails before the model loads
+        CacheSettings(cache, refresh=cache_refresh)
+        lang_name = syntax.language_for(lang=lang) if lang else None
+        if not 0 < port < 65536:
+            raise UsageError(f"--port {port}: give 1 to 65535")
+        from . import serve as server
+
+        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet=False)
+        engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode")
+        server.run(engine, host, port, api_key or None)
+
+
 def main() -> None:
     app()

@@ -202,8 +202,39 @@ def prepare_generate(
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     if not use_chat:
         return Job(plan, model, built, seed, lang, prompt, trim_at=model.eos_id, predict=eos.wrap(model))
+    if oracle.wants(built):
+        raise UsageError(f"decoder {decoders.name_of(built)!r} cannot guard a chat reply (its code is cut out after decoding); use --no-chat")
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
     return Job(plan, model, built, seed, lang, "", reply, trim_at=model.eos_id, predict=eos.wrap(model))
+
+
+def prepare_middle(
+    prefix: str,
+    suffix: str,
+    length: int,
+    *,
+    dlm: Dlm | None = None,
+    decoder: str | Decoder = "low-confidence",
+    options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    temperature: float | None = None,
+    lang: str | None = None,
+    end_ids: tuple[int, ...] = (),
+    cache: str = "none",
+    cache_refresh: int = 0,
+) -> Job:
+    """A Job that fills `length` holes at an editor's cursor, between `prefix` and `suffix` (the server's job).
+
+    `end_ids` (pad, end-of-text) may end the fill early: they are committed last, and the
+    caller cuts the fill at the first (Result.ids); without them the holes hold code only.
+    """
+    model = default_model(dlm)
+    built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
+    model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
+    plan = spans.plan_middle(prefix, suffix, model.tokenizer, model.mask_id, length, model.context, model.bos_id, model.eos_id)
+    plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
+    predict = model.predict if end_ids else exact_length(model)
+    return Job(plan, model, built, seed, lang, before=prefix + suffix, predict=predict)
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,22 @@ def plan_generate(
     return _plan(prompt, [hole], tokenizer, mask_id, context, bos_id, None, length)
 
 
+def plan_middle(
+    prefix: str,
+    suffix: str,
+    tokenizer: Tokenizer,
+    mask_id: int,
+    length: int,
+    context: int,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> Plan:
+    """`length` holes between `prefix` and `suffix` (an editor's cursor); either side may be empty."""
+    _check_length(length)
+    hole = Hole(len(prefix), len(prefix), length)
+    return _plan(prefix + suffix, [hole], tokenizer, mask_id, context, bos_id, eos_id, length)
+
+
 def _check_text(text: str) -> None:
     if not text.strip():
         raise InputError("the input is empty")

@@ -1,0 +1,160 @@
+"""The Starlette app: routes of the three protocols over one Engine and one Queue.
+
+Every route goes through `route`: the API key, the body (body.py), the protocol's parser,
+the Engine's checks, then the queue (warm-ups and errors never wait in it), then the
+protocol's answer or stream. Any refusal is one line in the protocol's error shape; an
+unexpected failure is a 500 in that shape, logged once, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from . import body, llamacpp, ollama, openai
+from .engine import Answer, BadRequest, Engine, Fill
+from .queue import Queue
+from .steps import Cancelled
+
+log = logging.getLogger("dlmcode.serve")
+Error = Callable[[str, int], JSONResponse]
+PUBLIC = ("/health", "/")  # answered without the API key, as llama.cpp answers /health
+
+
+@dataclass
+class Server:
+    engine: Engine
+    queue: Queue
+    api_key: str | None = None
+
+    def allowed(self, request: Request) -> bool:
+        if self.api_key is None or request.url.path in PUBLIC:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+
+    async def fills(self, request: Request, reqs: list[Fill]) -> list[Answer]:
+        """Answers for `reqs` (n_cmpl / n > 1: seeds seed, seed+1, ...), queued in order."""
+        for req in reqs:
+            self.engine.check(req)  # a bad decoder or ceiling is answered before queueing
+        return [self.engine.run(r) if self.engine.warmup(r) else await self.queue.answer(r, request.is_disconnected) for r in reqs]
+
+
+def shape_of(path: str) -> Error:
+    """The error shape of the protocol a path belongs to."""
+    if path.startswith("/v1/"):
+        return openai.error
+    if path.startswith("/api/"):
+        return ollama.error
+    return llamacpp.error
+
+
+def route(server: Server, error: Error, handler: Callable[[Request, dict[str, Any]], Awaitable[Response]], post: bool = True):
+    async def endpoint(request: Request) -> Response:
+        try:
+            if not server.allowed(request):
+                return error("invalid or missing API key: send Authorization: Bearer KEY", 401)
+            data = await body.read_json(request) if post else {}
+            return await handler(request, data)
+        except BadRequest as err:
+            return error(str(err), err.status)
+        except Cancelled:
+            return error("the client went away", 499)
+        except Exception as err:  # a bug: one logged line, a 500, and the server goes on
+            log.exception("dlmcode serve: %s %s failed", request.method, request.url.path)
+            return error(f"internal error: {body.one_line(err)}", 500)
+
+    return endpoint
+
+
+def streamed(chunks: Iterator[str], media: str) -> StreamingResponse:
+    return StreamingResponse(chunks, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
+def with_seeds(req: Fill, n: int) -> list[Fill]:
+    from dataclasses import replace
+
+    return [replace(req, seed=req.seed + i) for i in range(n)]
+
+
+def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
+    server = Server(engine, Queue(engine), api_key)
+
+    async def infill(request: Request, data: dict[str, Any]) -> Response:
+        return await llama_answer(request, data, llamacpp.infill(data))
+
+    async def completion(request: Request, data: dict[str, Any]) -> Response:
+        return await llama_answer(request, data, llamacpp.completion(data))
+
+    async def llama_answer(request: Request, data: dict[str, Any], req: Fill) -> Response:
+        fields, n = llamacpp.response_fields(data), llamacpp.n_cmpl(data)
+        stream = body.boolean(data, "stream", False)
+        answers = await server.fills(request, with_seeds(req, n))
+        if stream:
+            return streamed(llamacpp.events(answers[0], engine), "text/event-stream")
+        shaped = [llamacpp.render(a, engine, fields, i) for i, a in enumerate(answers)]
+        return JSONResponse(shaped[0] if n == 1 else shaped)
+
+    async def v1_completions(request: Request, data: dict[str, Any]) -> Response:
+        req, n = openai.completion(data), openai.count(data)
+        stream = body.boolean(data, "stream", False)
+        answers = await server.fills(request, with_seeds(req, n))
+        if stream:
+            return streamed(openai.events(answers, engine), "text/event-stream")
+        return JSONResponse(openai.render(answers, engine))
+
+    async def api_generate(request: Request, data: dict[str, Any]) -> Response:
+        req = ollama.generate(data)
+        stream = body.boolean(data, "stream", True)  # Ollama streams unless told not to
+        answer = (await server.fills(request, [req]))[0]
+        if stream:
+            return streamed(ollama.lines(answer, engine), "application/x-ndjson")
+        return JSONResponse(ollama.render(answer, engine))
+
+    def get(payload: Callable[[], Any]):
+        async def handler(request: Request, data: dict[str, Any]) -> Response:
+            return JSONResponse(payload())
+
+        return handler
+
+    async def root(request: Request, data: dict[str, Any]) -> Response:
+        return PlainTextResponse("dlmcode is running")
+
+    routes = [
+        Route("/infill", route(server, llamacpp.error, infill), methods=["POST"]),
+        Route("/completion", route(server, llamacpp.error, completion), methods=["POST"]),
+        Route("/completions", route(server, llamacpp.error, completion), methods=["POST"]),
+        Route("/health", route(server, llamacpp.error, get(llamacpp.health), post=False), methods=["GET"]),
+        Route("/props", route(server, llamacpp.error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]),
+        Route("/models", route(server, llamacpp.error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]),
+        Route("/v1/completions", route(server, openai.error, v1_completions), methods=["POST"]),
+        Route("/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]),
+        Route("/api/generate", route(server, ollama.error, api_generate), methods=["POST"]),
+        Route("/api/tags", route(server, ollama.error, get(lambda: ollama.tags(engine)), post=False), methods=["GET"]),
+        Route("/api/version", route(server, ollama.error, get(ollama.version), post=False), methods=["GET"]),
+        Route("/", route(server, llamacpp.error, root, post=False), methods=["GET", "HEAD"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return shape_of(request.url.path)(f"no route {request.method} {request.url.path}", 404)
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return shape_of(request.url.path)(f"{request.method} is not allowed on {request.url.path}", 405)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        server.queue.close()  # Ctrl-C: requests still waiting are dropped, the one decoding finishes its step
+
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed}, lifespan=lifespan)
+    app.state.server = server
+    return app

@@ -1,0 +1,165 @@
+"""One loaded model and the server's defaults; turns a protocol-free `Fill` into an `Answer`.
+
+Every protocol module parses its own body into a Fill, and renders the Answer in its own
+shape. `Engine.check` validates what can fail before the model runs (decoder, settings,
+ceiling), so a bad request is answered at once and never queued; `Engine.run` decodes (in
+the queue's worker thread) through fill.prepare_middle, the length rule and steps.bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import fill as jobs
+from ..canvas import last
+from ..decoders.base import Decoder
+from ..errors import UsageError
+from ..models.base import Dlm
+from . import length, steps
+
+
+class BadRequest(Exception):
+    """A request the server refuses: one line, answered 4xx in the protocol's error shape."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Fill:
+    """One completion request, as every protocol reduces it."""
+
+    prefix: str
+    suffix: str = ""
+    ceiling: int | None = None  # n_predict / max_tokens / num_predict; None or -1: the length rule's cap
+    decoder: str | None = None  # None: the server's
+    options: Mapping[str, Any] = field(default_factory=dict)  # decoder settings (merged over the server's)
+    temperature: float | None = None
+    seed: int = 0
+    time_ms: float | None = None  # t_max_predict_ms: past it, the holes left are committed at once
+    stop: tuple[str, ...] = ()
+    lang: str | None = None  # None: the server's
+    extra: str = ""  # other files' text (llama.cpp input_extra): context before the prefix, for the model only
+    min_indent: int = 0  # llama.cpp n_indent: the fill ends before a later line indented less
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the server answers, before a protocol shapes it."""
+
+    text: str
+    stop: str  # end | length | time | stop | syntax | warmup
+    holes: int  # holes opened
+    tokens: int  # tokens in the answer (before the stop-string and syntax cuts)
+    calls: int
+    prompt_tokens: int  # context tokens on the canvas
+    seconds: float
+    decoder: str
+    settings: Mapping[str, Any]
+    breakage: dict[str, Any] | None
+    truncated: bool  # the context did not fit the model and was windowed
+
+    @property
+    def tpf(self) -> float:
+        return self.holes / self.calls if self.calls else 0.0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.stop == steps.TIME
+
+    def extras(self) -> dict[str, Any]:
+        """The dlmcode fields every protocol adds to its answer."""
+        return {"decoder": self.decoder, "settings": dict(self.settings), "calls": self.calls,
+                "tpf": round(self.tpf, 4), "holes": self.holes, "breakage": self.breakage,
+                "stop_reason": self.stop, "timed_out": self.timed_out}
+
+
+WARMUP = "warmup"
+
+
+@dataclass
+class Engine:
+    """The loaded model with the server's decoder, settings, cache and language."""
+
+    dlm: Dlm
+    decoder: str = "low-confidence"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    cache: str = "none"
+    cache_refresh: int = 0
+    lang: str | None = None
+    name: str = "dlmcode"  # the model name the protocols report
+
+    def check(self, req: Fill) -> Decoder:
+        """The request's decoder, built; BadRequest for anything that would fail in the queue."""
+        if req.ceiling is not None and req.ceiling != length.NO_CEILING:
+            if req.ceiling < 0:
+                raise BadRequest(f"n_predict {req.ceiling}: give a number of tokens >= 0, or -1 for the server's rule")
+            if req.ceiling > self.dlm.context:
+                raise BadRequest(f"n_predict {req.ceiling} is past the model's context ({self.dlm.context} tokens)")
+        if req.time_ms is not None and req.time_ms < 0:
+            raise BadRequest(f"t_max_predict_ms {req.time_ms}: give a time in ms >= 0 (0: no limit)")
+        options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
+        try:
+            return jobs.make_decoder(req.decoder or self.decoder, {k: text(v) for k, v in options.items()}, req.temperature)
+        except UsageError as err:
+            raise BadRequest(str(err)) from None
+
+    def warmup(self, req: Fill) -> bool:
+        """Nothing to predict (n_predict 0), or an editor's warm-up (n_predict 1, no code): answer at once."""
+        return req.ceiling == 0 or (req.ceiling == 1 and not req.prefix.strip() and not req.suffix.strip())
+
+    def run(self, req: Fill, cancel: threading.Event | None = None) -> Answer:
+        """Decode one request (blocking); steps.Cancelled when `cancel` is set between steps."""
+        decoder = self.check(req)
+        if self.warmup(req):
+            return self.empty(decoder)
+        start = time.perf_counter()
+        n = length.holes(req.ceiling, self.dlm)
+        ends = length.end_ids(self.dlm)
+        try:
+            job = jobs.prepare_middle(req.extra + req.prefix, req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
+                                      lang=None, end_ids=ends, cache=self.cache, cache_refresh=self.cache_refresh)
+        except UsageError as err:
+            raise BadRequest(str(err)) from None
+        remember = steps.Remember(job.predict or job.dlm.predict)
+        job.predict = remember
+        deadline = start + req.time_ms / 1000 if req.time_ms else None
+        bounds = steps.Bounds(job.plan.positions[0], ends, deadline, cancel or threading.Event())
+        final = last(steps.bounded(job.steps(), remember, bounds))
+        return self.finish(req, job, final, bounds, start)
+
+    def finish(self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float) -> Answer:
+        region = job.plan.positions[0]
+        canvas = final.canvas if final else job.plan.canvas
+        ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
+        kept_ids = [i for i in ids if i not in self.dlm.special_ids]
+        middle = self.dlm.tokenizer.decode(kept_ids) if kept_ids else ""
+        middle, stopped = length.cut_at_stop(middle, req.stop)
+        middle, dedented = length.cut_at_indent(middle, req.min_indent)
+        stopped = stopped or dedented
+        kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang)
+        reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended else steps.FULL
+        reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
+        shown = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
+        return Answer(kept.text, reason, len(region), len(ids), final.calls if final else 0,
+                      len(canvas.tokens) - len(region), time.perf_counter() - start, jobs.decoders.name_of(job.decoder),
+                      jobs.decoders.settings_of(job.decoder), kept.breakage.to_dict() if kept.breakage else None, shown)
+
+    def empty(self, decoder: Decoder) -> Answer:
+        return Answer("", WARMUP, 0, 0, 0, 0, 0.0, jobs.decoders.name_of(decoder), jobs.decoders.settings_of(decoder), None, False)
+
+
+def text(value: Any) -> str:
+    """A JSON setting value as the text `-o key=value` would give; lists and objects are refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise BadRequest(f"decoder setting value {value!r}: give a number, a string or a boolean")

@@ -1,0 +1,106 @@
+"""The server's length rule: how many holes to open for an editor, and where the fill ends.
+
+Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the middle's length.
+
+1. Holes. min(ceiling, the family's cap): the built-in model was trained with up to
+   AUTO_MAX_EXTRA (32) pad tokens after a hole's content, so a hole longer than that is
+   one it never saw; other families get OTHER_CAP. No ceiling (-1) means the cap.
+2. End. The holes may end the fill early: the family's end tokens (the built-in model's
+   pad; end-of-text, end-of-turn and pad for the others) are committed last
+   (Canvas.late_ids), and the fill is cut at the first one. A decode stops as soon as such a
+   token is committed with no hole before it (steps.bounded), so an early end saves calls.
+3. Stop strings (llama.cpp `stop`, OpenAI `stop`, Ollama `options.stop`) cut at their first
+   occurrence; llama.cpp's `n_indent` cuts before the first later line indented less.
+4. Syntax. When the language is known and the fill breaks the syntax around it
+   (syntax.breakage), it is cut back, a line at a time, to the longest run of its first
+   lines that breaks nothing (at least one line is kept; if all of them break, the whole
+   fill is kept and its breakage reported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import syntax
+from ..fill import AUTO_MAX_EXTRA
+from ..models.base import Dlm
+
+BUILTIN_CAP = AUTO_MAX_EXTRA  # the most pads the built-in model saw after a hole's content
+OTHER_CAP = 64  # holes for other families when the editor asks for more: our choice (about 3 lines)
+NO_CEILING = -1  # llama.cpp's and Ollama's "no limit"
+
+STOP_STRING = "stop"  # a stop string cut the fill
+SYNTAX = "syntax"  # the fill was cut back to keep the syntax
+
+
+def cap(dlm: Dlm) -> int:
+    return BUILTIN_CAP if dlm.family == "builtin" else OTHER_CAP
+
+
+def holes(ceiling: int | None, dlm: Dlm) -> int:
+    """Holes to open for an editor's ceiling (None or NO_CEILING: the family's cap)."""
+    most = cap(dlm)
+    return most if ceiling is None or ceiling == NO_CEILING else min(ceiling, most)
+
+
+def end_ids(dlm: Dlm) -> tuple[int, ...]:
+    """Tokens that end a fill: pad for the built-in model (trained so), else end-of-text, end-of-turn, pad."""
+    ids = (dlm.pad_id,) if dlm.family == "builtin" else (dlm.eos_id, dlm.eot_id, dlm.pad_id)
+    return tuple(dict.fromkeys(i for i in ids if i is not None))
+
+
+def cut_at_end(ids: Sequence[int], ends: tuple[int, ...]) -> tuple[list[int], bool]:
+    """The fill's ids before the first end token, and whether there was one."""
+    for i, token in enumerate(ids):
+        if token in ends:
+            return list(ids[:i]), True
+    return list(ids), False
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """`text` up to the earliest stop string, and whether one was found."""
+    at = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    return (text[:at], True) if at >= 0 else (text, False)
+
+
+def cut_at_indent(text: str, indent: int) -> tuple[str, bool]:
+    """`text` up to the first line after the first that is indented less than `indent` (llama.cpp n_indent)."""
+    if indent <= 0:
+        return text, False
+    lines = text.split("\n")
+    for i, line in enumerate(lines[1:], 1):
+        if line.strip() and len(line) - len(line.lstrip(" \t")) < indent:
+            return "\n".join(lines[:i]), True
+    return text, False
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The fill after the syntax rule, and what it breaks (None: language unknown)."""
+
+    text: str
+    breakage: syntax.Breakage | None
+    cut: bool
+
+
+def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None) -> Kept:
+    """The longest run of `middle`'s first lines that breaks nothing around it (rule 4)."""
+    if lang is None:
+        return Kept(middle, None, False)
+    before = prefix + suffix
+    found = breaks(before, prefix, middle, suffix, lang)
+    if not found.broken:
+        return Kept(middle, found, False)
+    lines = middle.split("\n")
+    for n in range(len(lines) - 1, 0, -1):
+        shorter = "\n".join(lines[:n])
+        shorter_breaks = breaks(before, prefix, shorter, suffix, lang)
+        if not shorter_breaks.broken:
+            return Kept(shorter, shorter_breaks, True)
+    return Kept(middle, found, False)
+
+
+def breaks(before: str, prefix: str, middle: str, suffix: str, lang: str) -> syntax.Breakage:
+    first = prefix.count("\n") + 1
+    return syntax.breakage(before, prefix + middle + suffix, lang, (first, first + middle.count("\n")))

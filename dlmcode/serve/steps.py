@@ -1,0 +1,100 @@
+"""Wrappers around a decoder's Step stream that a server needs, for every decoder alike.
+
+- `Remember` wraps `predict` and keeps the last logits, so a stop can commit without a call.
+- `bounded` follows a Step stream and ends it early, with one extra Step that commits every
+  hole left, when (a) the fill has ended: an end token (pad, end-of-text) is committed and
+  every hole before it is too, so what follows would be cut anyway; (b) the time budget
+  (`t_max_predict_ms`) has run out: the holes left get the last call's argmax; (c) the client
+  has gone (`Cancelled`).
+Decoders never know: they see `predict` and are simply not asked for more steps.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from ..canvas import Canvas, Predict, Step
+
+ENDED = "end"  # the model ended the fill
+TIME = "time"  # t_max_predict_ms ran out: the holes left were committed at once
+FULL = "length"  # every hole was decoded
+
+
+class Cancelled(Exception):
+    """The request's client has gone; the decode stopped between two steps."""
+
+
+class Remember:
+    """`predict` that keeps its last (L, V) logits."""
+
+    def __init__(self, predict: Predict) -> None:
+        self.predict = predict
+        self.logits: Tensor | None = None
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        self.logits = self.predict(tokens)  # (L, V)
+        return self.logits
+
+
+@dataclass
+class Bounds:
+    """When to stop a decode early; `reason` says why it stopped once `bounded` is drained."""
+
+    region: range  # the fill's canvas positions
+    end_ids: tuple[int, ...] = ()  # tokens that end the fill
+    deadline: float | None = None  # time.perf_counter() value
+    cancel: threading.Event = field(default_factory=threading.Event)
+    reason: str = FULL
+
+
+def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterator[Step]:
+    """`steps`, cut short (with one committing Step) when the fill has ended or time is up."""
+    for step in steps:
+        yield step
+        if bounds.cancel.is_set():
+            raise Cancelled
+        if not step.canvas.n_holes:
+            return
+        end = ended(step.canvas, bounds.region, bounds.end_ids)
+        if end is not None:
+            bounds.reason = ENDED
+            yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long))
+            return
+        if bounds.deadline is not None and time.perf_counter() > bounds.deadline and remember.logits is not None:
+            bounds.reason = TIME
+            yield commit_rest(step, best(remember.logits, step.canvas))
+            return
+
+
+def ended(canvas: Canvas, region: range, end_ids: tuple[int, ...]) -> int | None:
+    """The end token that closes the fill, when one is committed with no hole before it; else None."""
+    if not end_ids:
+        return None
+    tokens = canvas.tokens[region.start : region.stop]  # (H,)
+    is_end = torch.isin(tokens, torch.tensor(end_ids, dtype=tokens.dtype, device=tokens.device))  # (H,)
+    if not bool(is_end.any()):
+        return None
+    first = int(is_end.nonzero()[0])
+    if bool((tokens[:first] == canvas.mask_id).any()):
+        return None
+    return int(tokens[first])
+
+
+def best(logits: Tensor, canvas: Canvas) -> Tensor:
+    """(h,) the argmax of the last logits at each hole, never the mask token."""
+    rows = logits[canvas.holes.to(logits.device)]  # (h, V)
+    return sampling.without(rows, canvas.mask_id).argmax(-1).cpu()  # (h,)
+
+
+def commit_rest(step: Step, ids: Tensor) -> Step:
+    """One more Step (no model call) committing `ids` at every hole left."""
+    pos = step.canvas.holes.nonzero().squeeze(-1)  # (h,)
+    canvas = step.canvas.fill(pos, ids.to(step.canvas.tokens.device))
+    return Step(step.index + 1, canvas, pos, torch.zeros(len(pos)), step.calls, {"committed_at_once": float(len(pos))})
