@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from dlmcode.canvas import Canvas, Step
 from dlmcode.decoders import DECODERS, build, describe, parse_options
 from dlmcode.decoders import eb, factor, threshold
+from dlmcode.decoders.base import Revising
 from dlmcode.decoders.entropy import Entropy
 from dlmcode.decoders.factor import Factor
 from dlmcode.decoders.low_confidence import LowConfidence
@@ -87,6 +88,11 @@ def run(decoder, canvas: Canvas, predict, seed: int = 0) -> list[Step]:
     return steps
 
 
+def reopens_of(decoder, holes: int) -> int:
+    """Tokens the decoder may reopen in a decode of `holes` holes (0: it never takes a token back)."""
+    return decoder.reopens(holes) if isinstance(decoder, Revising) else 0
+
+
 def final(canvas: Canvas, steps: list[Step]) -> torch.Tensor:
     return steps[-1].canvas.tokens if steps else canvas.tokens
 
@@ -107,24 +113,30 @@ def test_contract(name, options, kind, make_tiny_model, make_canvas):
     steps = run(decoder, canvas, mask_loving(model) if kind == "mask-in-vocab" else model)
 
     holes = canvas.holes.nonzero().squeeze(-1).tolist()
-    before, filled = canvas, []
+    before, committed, reopened = canvas, set(), 0
     for i, step in enumerate(steps):
-        pos = step.filled.tolist()
+        pos, back = step.filled.tolist(), step.reopened.tolist()
         assert step.index == i
         assert step.calls == i + 1, "one model call per step"
-        assert step.filled.dtype == torch.long and step.scores.shape == step.filled.shape
-        assert len(set(pos)) == len(pos)
-        assert bool(before.holes[step.filled].all()), "committed a position that was not a hole"
-        changed = (step.canvas.tokens != before.tokens).nonzero().squeeze(-1).tolist()
-        assert changed == sorted(pos), "the step's canvas changed other positions than `filled`"
+        assert step.filled.dtype == step.reopened.dtype == torch.long and step.scores.shape == step.filled.shape
+        assert len(set(pos)) == len(pos) and len(set(back)) == len(back)
+        assert set(back) <= committed, "reopened a position this decode had not committed (the user's code, or a hole)"
+        expected = before.tokens.clone()
+        expected[back] = canvas.mask_id  # reopening comes before the step's commits
+        assert bool((expected[step.filled] == canvas.mask_id).all()), "committed a position that was not a hole"
+        expected[step.filled] = step.canvas.tokens[step.filled]
+        assert torch.equal(step.canvas.tokens, expected), "the step's canvas changed other positions than `reopened` and `filled`"
         assert step.canvas.mask_id == canvas.mask_id and step.canvas.late_ids == canvas.late_ids
-        filled += pos
+        committed = (committed - set(back)) | set(pos)
+        reopened += len(back)
         before = step.canvas
 
     out = final(canvas, steps)
     assert not bool((out == canvas.mask_id).any()), "a hole is left"
     assert torch.equal(out[~canvas.holes], canvas.tokens[~canvas.holes]), "a non-hole changed"
-    assert sorted(filled) == holes and len(filled) == len(holes), "filled positions are not exactly the holes"
+    assert committed == set(holes), "committed positions are not exactly the holes"
+    assert sum(len(s.filled) for s in steps) == len(holes) + reopened, "every reopened token is committed again"
+    assert reopened <= reopens_of(decoder, len(holes))
     assert steps[-1].calls <= decoder.max_calls(canvas.n_holes)
     assert model.calls == steps[-1].calls, "calls must count real forward passes"
 
@@ -642,3 +654,190 @@ def test_dream_orders_use_the_tempered_distribution(cls, alg, rows):
     steps = run(cls(steps=2, temperature=temperature), canvas, predict)
     assert len(steps[0].filled) == 1  # int(4 * (1 - .5005)) = 1
     assert steps[0].filled.tolist() == [1 + dream_first_pick(rows, temperature, alg)]
+
+
+# --- decoders that take tokens back, and the field's early-commit ones: exact rules -----------
+
+V = 8  # vocabulary of the hand-made logits below; the mask id (99) lies outside it
+MASK = 99
+
+
+def peak(token: int, p: float) -> list[float]:
+    """Logits of a distribution with probability p on `token`, the rest spread evenly."""
+    rest = (1 - p) / (V - 1)
+    return [math.log(p) if t == token else math.log(rest) for t in range(V)]
+
+
+def scripted(calls: list[dict[int, list[float]]], length: int):
+    """predict that returns, on call i, the rows calls[i] gives (position -> logits), flat elsewhere."""
+    made = iter(calls)
+
+    def predict(tokens):
+        assert len(tokens) == length
+        logits = torch.zeros(length, V)  # (L, V)
+        for pos, row in next(made).items():
+            logits[pos] = torch.tensor(row)
+        return logits
+
+    return predict
+
+
+def holes_canvas(n: int) -> Canvas:
+    """Context token 0, n holes (positions 1..n), context token 0."""
+    return Canvas(torch.tensor([0] + [MASK] * n + [0]), MASK)
+
+
+def moves(steps: list[Step]) -> list[tuple[list[int], list[int]]]:
+    """(filled, reopened) of each step, both sorted."""
+    return [(sorted(s.filled.tolist()), sorted(s.reopened.tolist())) for s in steps]
+
+
+def tok(pos: int) -> int:
+    return pos % V  # the token each script proposes at a position
+
+
+def test_wino_wide_in_then_narrow_out():
+    from dlmcode.decoders.wino import Wino
+
+    script = [
+        {1: peak(tok(1), 0.95), 2: peak(tok(2), 0.8), 3: peak(tok(3), 0.75), 4: peak(tok(4), 0.5), 5: peak(tok(5), 0.3), 6: peak(tok(6), 0.2)},
+        # 2 commits (> 1) -> narrow out: committed 2 (.5) and 3 (.85) fell below .9; 2 < last_accept 3: both go
+        {1: peak(tok(1), 0.95), 2: peak(tok(2), 0.5), 3: peak(tok(3), 0.85), 4: peak(tok(4), 0.8), 5: peak(tok(5), 0.75), 6: peak(tok(6), 0.2)},
+        # one commit: no narrow out, however low the committed ones are
+        {1: peak(tok(1), 0.1), 2: peak(tok(2), 0.9), 3: peak(tok(3), 0.3), 4: peak(tok(4), 0.1), 5: peak(tok(5), 0.1), 6: peak(tok(6), 0.3)},
+        {3: peak(tok(3), 0.4), 6: peak(tok(6), 0.35)},  # nothing above .7: the most confident alone
+        {6: peak(tok(6), 0.5)},
+    ]
+    canvas = holes_canvas(6)
+    steps = run(Wino(), canvas, scripted(script, 8))
+    assert moves(steps) == [([1, 2, 3], []), ([4, 5], [2, 3]), ([2], []), ([3], []), ([6], [])]
+    assert steps[1].reopened.tolist() == [2, 3]  # least confident first
+    assert [s.info["reopened"] for s in steps] == [0, 2, 2, 2, 2]
+    assert final(canvas, steps).tolist() == [0] + [tok(p) for p in range(1, 7)] + [0]
+
+
+def test_wino_narrow_out_keeps_below_the_last_accept():
+    from dlmcode.decoders.wino import narrow_out
+
+    kept = torch.tensor([0.1, 0.5, 0.95, 0.3, 0.0], dtype=torch.float64)
+    committed = torch.tensor([True, True, True, True, False])
+    assert narrow_out(kept, committed, 0.9, last_accept=4).tolist() == [0, 3, 1]  # 3 fell, fewer than 4: all, lowest first
+    assert narrow_out(kept, committed, 0.9, last_accept=3).tolist() == [0, 3]  # 3 fell, as many as 3: only 3 - 1
+    assert narrow_out(kept, committed, 0.9, last_accept=1).tolist() == []
+
+
+def test_wino_wide_in_caps_commits():
+    from dlmcode.decoders.wino import Wino
+
+    canvas = holes_canvas(10)
+    script = [{p: peak(tok(p), 0.9 + p / 200) for p in range(1, 11)}] * 3
+    steps = list(Wino()(canvas, scripted(script, 12), torch.Generator()))
+    assert sorted(steps[0].filled.tolist()) == [4, 5, 6, 7, 8, 9, 10]  # cap min(max(int(10 x .7), 5), 20) = 7, the most confident
+    assert len(steps[1].filled) == 3 and steps[1].reopened.tolist() == []  # cap max(int(3 x .7), 5) = 5 > 3 left; all kept >= .9
+
+
+def test_saber_accelerates_and_backtracks():
+    from dlmcode.decoders.saber import Saber
+
+    script = [
+        # bar 1 (nothing committed): the top 2 (1, 2); then reopen max(1, ceil(2/8)) = 1 with the
+        # smallest rise since 0: 2 (.8), committed this call, so it simply stays a hole
+        {1: peak(tok(1), 0.9), 2: peak(tok(2), 0.8), 3: peak(tok(3), 0.3), 4: peak(tok(4), 0.2)},
+        # bar mean(.9, .8) = .85: only 3 (.9) beats it, so the top 2 (3, 2); then 1 fell most (.9 -> .5)
+        {1: peak(tok(1), 0.5), 2: peak(tok(2), 0.85), 3: peak(tok(3), 0.9), 4: peak(tok(4), 0.2)},
+        # bar mean(.9, .85, .9): 1 (.95) beats it; the top 2 (1, 4) fill the span: no backtracking
+        {1: peak(tok(1), 0.95), 2: peak(tok(2), 0.85), 3: peak(tok(3), 0.9), 4: peak(tok(4), 0.6)},
+    ]
+    canvas = holes_canvas(4)
+    steps = run(Saber(), canvas, scripted(script, 6))
+    assert moves(steps) == [([1], []), ([2, 3], [1]), ([1, 4], [])]
+    assert Saber().max_calls(4) == 4  # every call gains a token
+
+
+def test_saber_backtracks_a_share_of_its_commits():
+    from dlmcode.decoders.saber import Saber
+
+    assert [Saber().backtracked(c, 100) for c in (1, 2, 8, 9, 17)] == [0, 1, 1, 2, 3]  # max(1, ceil(c/8)) < c
+    assert Saber(at_least=4).backtracked(3, 100) == 2 and Saber(at_least=4).backtracked(9, 1) == 1
+
+
+def gapped(token: int, gap: float) -> list[float]:
+    """Logits whose top-2 gap is `gap`: `token` at gap, the next token at 0, the rest far below."""
+    return [gap if t == token else 0.0 if t == (token + 1) % V else -30.0 for t in range(V)]
+
+
+def test_prophet_commits_everything_once_the_gap_clears_the_phase_bar():
+    from dlmcode.decoders.prophet import Prophet
+
+    script = [
+        {1: gapped(1, 9), 2: gapped(2, 5), 3: gapped(3, 5), 4: gapped(4, 5)},  # call 1/4 (early): mean 6 < 7.5
+        {2: gapped(2, 5.5), 3: gapped(3, 5), 4: gapped(4, 4)},  # call 2/4 (mid): mean 4.83 < 5
+        {3: gapped(3, 3), 4: gapped(4, 2.5)},  # call 3/4 (late): mean 2.75 >= 2.5: all at once
+    ]
+    steps = run(Prophet(), holes_canvas(4), scripted(script, 6))
+    assert moves(steps) == [([1], []), ([2], []), ([3, 4], [])]
+
+
+def test_prophet_early_commit_fills_every_block():
+    from dlmcode.decoders.prophet import Prophet
+
+    canvas = holes_canvas(4)
+    steps = run(Prophet(block=2), canvas, scripted([{p: gapped(p, 8) for p in range(1, 5)}], 6))
+    assert moves(steps) == [([1, 2, 3, 4], [])]
+    assert final(canvas, steps).tolist() == [0, 1, 2, 3, 4, 0]
+
+
+def test_dus_groups_are_dilated():
+    from dlmcode.decoders.dus import calls_for, dilated_groups
+
+    assert dilated_groups(8).tolist() == [1, 3, 2, 3, 1, 3, 2, 3]
+    assert dilated_groups(5).tolist() == [1, 3, 2, 3, 1]
+    assert dilated_groups(16).tolist() == [1, 4, 3, 4, 2, 4, 3, 4, 1, 4, 3, 4, 2, 4, 3, 4]
+    assert dilated_groups(2).tolist() == [1, 1] and dilated_groups(1).tolist() == [1]
+    assert [calls_for(n) for n in (1, 2, 3, 4, 5, 8, 9, 32)] == [1, 1, 2, 2, 3, 3, 4, 5]
+
+
+def test_dus_commits_one_group_per_call_whatever_the_confidence(tiny_model, make_canvas):
+    from dlmcode.decoders.dus import Dus
+
+    canvas = make_canvas([3, 8, 2], tiny_model.mask_id, tiny_model.vocab)  # holes 3..10
+    assert trace(run(Dus(), canvas, tiny_model)) == [[3, 7], [5, 9], [4, 6, 8, 10]]
+    canvas = make_canvas([3, 6, 2], tiny_model.mask_id, tiny_model.vocab)  # holes 3..8, blocks of 4 then 2
+    assert trace(run(Dus(block=4), canvas, tiny_model)) == [[3, 5], [4, 6], [7, 8]]
+    assert Dus().max_calls(8) == 3 and Dus(block=4).max_calls(6) == 3 and Dus(block=0).max_calls(32) == 5
+
+
+def flipping(length: int, vocab: int, mask_id: int):
+    """An adversary: every hole is proposed at .99, but a committed token t is then read as
+    t + 1 at .99, so its own probability collapses: a remasking decoder wants to reopen it forever."""
+
+    def predict(tokens):
+        target = torch.where(tokens == mask_id, torch.arange(length) % vocab, (tokens + 1) % vocab)  # (L,)
+        logits = torch.full((length, vocab), math.log(0.01 / (vocab - 1)))  # (L, V)
+        logits[torch.arange(length), target] = math.log(0.99)
+        return logits
+
+    return predict
+
+
+@pytest.mark.parametrize("max_reopen", [0.0, 0.5, 3.0])
+@pytest.mark.parametrize("name", DECODERS)
+def test_the_reopen_budget_stops_an_adversary(name, max_reopen, make_canvas):
+    canvas = make_canvas([2, 12, 1, 5, 2], MASK, 40)
+    options = {"max_reopen": max_reopen} if "max_reopen" in fields_of(name) else {}
+    decoder = build(name, options)
+    steps = run(decoder, canvas, flipping(len(canvas.tokens), 40, MASK))  # fails past max_calls (40: codila's tiny assistant)
+    reopened = sum(len(s.reopened) for s in steps)
+    assert not bool(final(canvas, steps).eq(MASK).any())
+    assert reopened <= reopens_of(decoder, canvas.n_holes)
+    if name == "wino":
+        assert reopened == decoder.reopens(canvas.n_holes), "the budget, not WINO's own rule, ended the reopening"
+
+
+@pytest.mark.parametrize(
+    ("decoder", "holes", "calls"),
+    [("wino", 10, 20), ("saber", 10, 10), ("prophet", 10, 10), ("dus", 10, 4)],
+)
+def test_max_calls_of_the_new_decoders(decoder, holes, calls):
+    assert build(decoder).max_calls(holes) == calls
+    assert build("wino", {"max_reopen": "0.25"}).max_calls(10) == 12

@@ -15,14 +15,18 @@ from ..errors import UsageError
 from .base import Decoder
 from .codila import Codila
 from .dico import DiCo
+from .dus import Dus
 from .eb import EntropyBound
 from .entropy import Entropy
 from .factor import Factor
 from .low_confidence import LowConfidence
 from .margin import Margin
 from .mean_field import MeanField
+from .prophet import Prophet
 from .random import Random
+from .saber import Saber
 from .threshold import Threshold
+from .wino import Wino
 
 DECODERS: dict[str, type[Decoder]] = {
     "low-confidence": LowConfidence,
@@ -35,6 +39,10 @@ DECODERS: dict[str, type[Decoder]] = {
     "mean-field": MeanField,
     "dico": DiCo,
     "codila": Codila,
+    "wino": Wino,
+    "saber": Saber,
+    "prophet": Prophet,
+    "dus": Dus,
 }
 
 

@@ -1,8 +1,15 @@
-"""What decoders share: the settings base class and the semi-autoregressive block loop.
+"""What decoders share: the settings base class, the semi-autoregressive block loop, and the
+loop of decoders that may take a token back.
 
 A block decoder only says which holes of the active block to commit from the model's
 logits (`choose`); `blockwise` owns calling the model, proposing tokens, committing and
 yielding Steps, so the loop exists once (style: one loop per algorithm).
+
+A revising decoder (`Revising`) sees every writable position on each call, committed ones
+included, and says which holes to commit and which committed positions to reopen (`revise`);
+`revising` owns the rest, and the reopen budget that keeps every decode finite: each call
+commits at least one hole, and at most `reopens(n)` tokens are reopened in a decode, so a
+decode of n holes makes at most n + reopens(n) calls.
 """
 
 from __future__ import annotations
@@ -11,11 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import math
+
 import torch
 from torch import Tensor
 
 from .. import sampling
 from ..canvas import Canvas, Predict, Step
+
+EMPTY = torch.empty(0, dtype=torch.long)
 
 
 def setting(default: Any, help: str) -> Any:
@@ -103,3 +114,122 @@ def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Gen
             yield Step(index, canvas, active[chosen], choice.scores.to(active.device), calls, {"block": number})
             index += 1
             step += 1
+
+
+# ---------------------------------------------------------------- decoders that take tokens back
+
+
+class Window(NamedTuple):
+    """What a revising decoder sees on one call: one row per writable position, in position order.
+
+    `ids`/`conf` are the proposal and its probability at every row (at a hole, zero for late ids,
+    as for block decoders); `kept` at a committed row is the probability the model now gives the token
+    committed there, read at that visible position (0 at holes).
+    """
+
+    logits: Tensor  # (P, V)
+    ids: Tensor  # (P,) proposed token at every row (at committed rows too)
+    conf: Tensor  # (P,) probability of ids
+    kept: Tensor  # (P,) probability of the committed token; 0 at holes
+    holes: Tensor  # (P,) bool: still a hole
+    current: Tensor  # (P,) bool: in the active block
+    upto: Tensor  # (P,) bool: in the active block or an earlier one
+    block: Block
+    calls: int  # this call's number, 1-based
+    span: int  # writable positions in all (the holes the decode started with)
+    mask_id: int
+
+
+class Revision(NamedTuple):
+    """Rows (into the Window) of holes to commit, their scores, and committed rows to reopen (most wanted first)."""
+
+    commit: Tensor  # (k,) long, k >= 1
+    scores: Tensor  # (k,)
+    reopen: Tensor = EMPTY  # (r,) long
+
+
+@dataclass(frozen=True)
+class Revising(Decoder):
+    """A decoder that sees committed tokens too and may reopen them (`revise`); it may keep state
+    for one decode in `memory`, a fresh dict per decode."""
+
+    def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
+        return revising(self, canvas, predict, rng)
+
+    def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
+        raise NotImplementedError
+
+    def reopens(self, n_holes: int) -> int:
+        """Tokens a decode of `n_holes` holes may reopen in all (the loop enforces it)."""
+        return 0
+
+    def max_calls(self, n_holes: int) -> int:
+        """Each call commits a hole: n holes plus every reopened token bound the calls."""
+        return super().max_calls(n_holes) + self.reopens(n_holes)
+
+
+@dataclass(frozen=True)
+class Remasking(Revising):
+    """A revising decoder with a reopen budget setting."""
+
+    max_reopen: float = setting(1.0, "tokens a decode may reopen, as a multiple of its holes (ours: bounds calls at (1 + this) x holes)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.max_reopen >= 0, "max_reopen", self.max_reopen, "must be >= 0")
+
+    def reopens(self, n_holes: int) -> int:
+        return math.floor(self.max_reopen * n_holes)
+
+
+def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
+    """The loop of decoders that may reopen: per block, call the model until no hole is left in
+    the block or an earlier one; each Step says what it reopened and what it committed."""
+    span = canvas.writable.nonzero().squeeze(-1)  # (P,) the positions this decode may write
+    runs = blocks(canvas, decoder.block)
+    rank = torch.full((len(canvas.tokens),), -1, dtype=torch.long)  # block number of each writable position
+    for number, positions in enumerate(runs):
+        rank[positions] = number
+    rank = rank[span]  # (P,)
+    budget, total, calls, index, memory = decoder.reopens(canvas.n_holes), 0, 0, 0, {}
+    for number, positions in enumerate(runs):
+        upto, current, step = rank <= number, rank == number, 0  # (P,) bool each
+        while bool(canvas.holes[span][upto].any()):
+            logits = predict(canvas.tokens)  # (L, V)
+            calls += 1
+            window = _window(canvas, span, logits, decoder.temperature, rng, current, upto, Block(number, len(runs), len(positions), step), calls)
+            revision = decoder.revise(window, memory, rng)
+            commit, scores, reopen = _checked(revision, window, budget)
+            budget -= len(reopen)
+            total += len(reopen)
+            ids = window.ids[commit].to(span.device)
+            commit, reopen = commit.to(span.device), reopen.to(span.device)  # decoders work where the logits are; the canvas stays put
+            canvas = (canvas.reopen(span[reopen]) if reopen.numel() else canvas).fill(span[commit], ids)
+            yield Step(index, canvas, span[commit], scores.to(span.device), calls, {"block": number, "reopened": total}, span[reopen])
+            index += 1
+            step += 1
+
+
+def _window(canvas: Canvas, span: Tensor, logits: Tensor, temperature: float, rng: torch.Generator,
+            current: Tensor, upto: Tensor, block: Block, calls: int) -> Window:  # fmt: skip
+    rows = logits[span]  # (P, V)
+    device = rows.device
+    holes = canvas.holes[span].to(device)  # (P,)
+    ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), temperature, rng)  # (P,)
+    conf = sampling.confidence(rows, ids)  # (P,)
+    if canvas.late_ids:  # late ids are committed last: zero at holes only (a committed row's reading is a verdict, not an order)
+        conf = conf.masked_fill(holes & torch.isin(ids, torch.tensor(canvas.late_ids, device=device)), 0.0)
+    tokens = torch.where(holes, ids, canvas.tokens[span].to(device))  # (P,) a hole's mask id may lie outside the logits
+    kept = sampling.confidence(rows, tokens).masked_fill(holes, 0.0)  # (P,)
+    return Window(rows, ids, conf, kept, holes, current.to(device), upto.to(device), block, calls, len(span), canvas.mask_id)
+
+
+def _checked(revision: Revision, window: Window, budget: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The revision's commits, scores and reopens (cut to the budget left), after checking the contract."""
+    commit = revision.commit.long()
+    reopen = revision.reopen.long().to(commit.device)[: max(budget, 0)]
+    assert commit.numel() >= 1, "a call must commit at least one hole"
+    assert bool(window.holes[commit].all()), "commit of a position that is not a hole"
+    assert not bool(window.holes[reopen].any()), "reopen of a hole"
+    assert len(set(commit.tolist())) == commit.numel() and len(set(reopen.tolist())) == reopen.numel(), "a row twice"
+    return commit, revision.scores, reopen

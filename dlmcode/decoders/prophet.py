@@ -1,0 +1,60 @@
+"""Prophet, early commit (arXiv 2508.19982; rule read from pixeli99/Prophet generate_earlyexit.py).
+
+Decode as LLaDA's low-confidence schedule does, but on every call first measure the gap between
+the top two logits, averaged over the answer's positions; when it clears the bar of the decode's
+phase (progress = calls so far / the schedule's calls: below 1/3, below 2/3, the rest), commit
+every hole left, in every block, with its proposal, and stop.
+
+Ours: the authors average over a few answer positions they choose by hand (a math answer);
+a fill has no such place, so we average over every hole still open. The gap is read with the
+mask token left out, since it can never be committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from .base import Revising, Revision, Window, check, setting
+from .scheduled import Scheduled
+
+PHASES = (1 / 3, 2 / 3)  # the authors' progress bounds between early, mid and late (0.33, 0.67)
+
+
+@dataclass(frozen=True)
+class Prophet(Revising, Scheduled):
+    """Prophet: low-confidence steps until the top-2 logit gap says the fill has settled, then commit every hole at once."""
+
+    gap_early: float = setting(7.5, "commit all at once when the mean top-2 logit gap reaches this in the first third of the schedule (authors: 7.5)")
+    gap_mid: float = setting(5.0, "... in the second third (authors: 5.0)")
+    gap_late: float = setting(2.5, "... in the last third (authors: 2.5)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("gap_early", "gap_mid", "gap_late"):
+            check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+
+    def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
+        if self.settled(window):
+            rows = window.holes.nonzero().squeeze(-1)
+            return Revision(rows, window.conf[rows])
+        active = window.holes & window.current  # (P,)
+        k = sampling.even_split(window.block.holes, self.steps_for(window.block.holes, window.block.number, window.block.count))[window.block.step]
+        rows = sampling.top(window.conf.masked_fill(~active, -1.0), min(k, int(active.sum())))
+        return Revision(rows, window.conf[rows])
+
+    def settled(self, window: Window) -> bool:
+        """Whether the mean top-2 gap over the open holes clears the bar of this phase of the schedule."""
+        progress = window.calls / self.max_calls(window.span)
+        bar = self.gap_early if progress < PHASES[0] else self.gap_mid if progress < PHASES[1] else self.gap_late
+        return float(gap(sampling.without(window.logits[window.holes], window.mask_id)).mean()) >= bar
+
+
+def gap(logits: Tensor) -> Tensor:
+    """Top-1 minus top-2 logit of each row (H,)."""
+    top = logits.float().topk(2, dim=-1).values  # (H, 2)
+    return top[:, 0] - top[:, 1]
