@@ -25,7 +25,7 @@ from .base import Block, Choice, Decoder, setting
 
 @dataclass(frozen=True)
 class Dus(Decoder):
-    """DUS: commit each block of B holes in log2 B calls, one group of non-adjacent positions per call."""
+    """DUS: commit each block of B holes (`block`, default 8) in log2 B calls, one group of non-adjacent positions per call."""
 
     block: int = setting(8, "B: holes per block, committed in ceil(log2 B) calls (TPF about B / log2 B); 0 = all holes one block")
 
