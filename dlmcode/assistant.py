@@ -365,8 +365,8 @@ def load_hf(path: Path, device: torch.device | str, dtype: torch.dtype) -> HfAss
     if not (path / HF_META).is_file():
         raise ModelError(f"{path} is not a dlmcode assistant (no {HF_META}); {TRAIN_HINT}")
     meta = json.loads((path / HF_META).read_text())
-    hf.quiet()
-    model = AutoModelForCausalLM.from_pretrained(path, **hf.pretrained_kwargs(dtype, False)).to(device).eval()
+    with hf.quiet():
+        model = AutoModelForCausalLM.from_pretrained(path, **hf.pretrained_kwargs(dtype, False)).to(device).eval()
     return HfAssistant(model, meta["vocab"], meta["open_id"], meta["close_id"], meta["vocab_sha256"], meta.get("dllm", ""))
 
 

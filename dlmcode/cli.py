@@ -9,17 +9,68 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from . import files
 from .errors import DlmcodeError, UsageError
 
+# Click's exception base as Typer raises it: the click package (typer < 0.22) or Typer's vendored copy
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (`--seed abc`, an unknown flag) as one line on stderr and exit 2, like every
+    other error here, in place of Typer's boxed panel."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except ClickException as err:
+            if type(err).__name__ == "NoArgsIsHelpError":  # `dlmcode infill` alone: its help, as before
+                typer.echo(err.ctx.get_help() if err.ctx else err.format_message(), err=True)
+            else:
+                typer.echo(f"dlmcode: error: {usage_line(err)}", err=True)
+            code = err.exit_code
+        except typer.Abort:
+            typer.echo("dlmcode: aborted", err=True)
+            code = 1
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_line(err: Any) -> str:
+    """Click's message on one line, with the command to ask for help."""
+    text = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    return f"{text} (see `{ctx.command_path} --help`)" if ctx is not None else text
+
+
+def finite(value: float | None) -> float | None:
+    """Typer callback: inf and nan are never a setting."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+SEED_MAX = 2**63 - 1  # torch seeds are 64-bit; bench and compare add small offsets to the seed
+
+
+def seed_range(value: int) -> int:
+    if not 0 <= value <= SEED_MAX:
+        raise typer.BadParameter(f"{value} is out of range; give 0 to 2**63 - 1")
+    return value
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -30,8 +81,8 @@ Source = Annotated[str, typer.Argument(help="a file, or - to read stdin")]
 Model = Annotated[str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")]
 DecoderName = Annotated[str, typer.Option("--decoder", "-d", help="decoder name (see `dlmcode decoders`)")]
 Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable)")]
-Seed = Annotated[int, typer.Option(help="seed of the decoder's random generator")]
-Temperature = Annotated[float | None, typer.Option(help="sampling temperature; 0 = greedy [default: the decoder's]")]
+Seed = Annotated[int, typer.Option(help="seed of the decoder's random generator", callback=seed_range)]
+Temperature = Annotated[float | None, typer.Option(help="sampling temperature; 0 = greedy [default: the decoder's]", callback=finite)]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps")]
 Dtype = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 elsewhere), float32, bfloat16, float16")]
 Family = Annotated[str | None, typer.Option(help="model family, when detection from config.json is wrong")]
@@ -41,6 +92,7 @@ Json = Annotated[bool, typer.Option("--json", help="print one JSON object on std
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no live view or summary on stderr")]
 Cache = Annotated[str, typer.Option(help="KV cache for block decoding: none, prefix or dual (Fast-dLLM; approximate)")]
 CacheRefresh = Annotated[int, typer.Option(help="with --cache, also run every position every N calls; 0 = only when the block moves")]
+Offline = Annotated[bool, typer.Option("--offline", help="never download: a hub id must be in the local cache (also HF_HUB_OFFLINE=1)")]
 
 
 @contextlib.contextmanager
@@ -56,12 +108,31 @@ def reported(interrupted: str = "no file was changed") -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def load_model(model: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool, quiet: bool) -> Any:
-    from . import view
-    from .models import load
+def load_model(model: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool, quiet: bool,
+               offline: bool = False) -> Any:
+    from . import cpu, view
+    from .models import load, resolve
 
+    cpu.configure_threads()  # the CLI owns its process: thread defaults that hold up on a busy machine
+    if model:
+        resolve(model, offline=offline or None)  # before the spinner: a hub download draws its own progress bars
     with view.console(quiet).status("loading model…"):
-        return load(model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
+        return load(model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code, offline=offline or None)
+
+
+@contextlib.contextmanager
+def starting(quiet: bool) -> Iterator[None]:
+    """One status line on a terminal's stderr while torch imports (about 1.5 s, before any view can draw)."""
+    show = not quiet and "torch" not in sys.modules and sys.stderr.isatty()
+    if show:
+        sys.stderr.write("dlmcode: starting (importing torch)…")
+        sys.stderr.flush()
+    try:
+        yield
+    finally:
+        if show:
+            sys.stderr.write("\r\033[K")  # erase the line: the view or the output takes its place
+            sys.stderr.flush()
 
 
 def language(path: str, lang: str | None, required: bool) -> str | None:
@@ -115,30 +186,47 @@ def infill(
     cache: Cache = "none",
     cache_refresh: CacheRefresh = 0,
     in_place: Annotated[bool, typer.Option("--in-place", "-i", help="replace FILE atomically instead of printing")] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="print a unified diff instead of the whole file")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="print a unified diff instead of the whole file (with --in-place: as well as writing it; with --json: as its `diff` field)")] = False,
+    force: Annotated[bool, typer.Option("--force", help="with --in-place, also replace a read-only file (its mode is kept)")] = False,
+    offline: Offline = False,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Rewrite lines A..B of a file (or its ⟦fill⟧ markers) and print the whole file."""
-    from . import decoders, fill, spans
-    from .models.cache import CacheSettings
-
     with reported():
         if in_place and file == files.STDIN:
             raise UsageError("--in-place needs a file, not stdin")
+        with starting(quiet):
+            from . import decoders, fill, spans
+            from .models.cache import CacheSettings
         source = files.read_source(file)
+        if in_place:
+            files.edit_target(file, force)  # a read-only file or folder fails now, not after the decode
         where = spans.parse_span(span, source) if span is not None else None
         options = decoders.parse_options(option or [])
         n, lang_name = parse_length(length), language(file, lang, required=False)
         CacheSettings(cache, refresh=cache_refresh)  # a bad --cache fails before the model loads
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet)
+        check_refresh(cache, cache_refresh)
+        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet, offline)
         job = fill.prepare_infill(source, where, dlm=dlm, decoder=decoder, options=options, length=n, seed=seed,
                                   temperature=temperature, lang=lang_name, cache=cache, cache_refresh=cache_refresh)
-        result = run_job(job, quiet, json_out)
+        result = run_job(job, quiet, json_out=False)
+        text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
+        patch = files.unified_diff(source, text, file) if diff else None
         if in_place:
-            files.write_atomic(file, result.text)
-        elif not json_out:
-            sys.stdout.write(files.unified_diff(source, result.text, file) if diff else result.text)
+            files.write_atomic(file, text, force)
+        if json_out:
+            extra = {"text": text} | ({"diff": patch} if diff else {})
+            typer.echo(json.dumps(result.to_dict() | extra, ensure_ascii=False))
+        elif patch is not None:
+            sys.stdout.write(patch)
+        elif not in_place:
+            sys.stdout.write(text)
+
+
+def check_refresh(cache: str, cache_refresh: int) -> None:
+    if cache_refresh and cache == "none":
+        raise UsageError(f"--cache-refresh {cache_refresh} does nothing without a cache: add --cache prefix or --cache dual")
 
 
 @app.command()
@@ -159,17 +247,18 @@ def generate(
     raw: Annotated[bool, typer.Option(help="with --chat, print the whole reply, not just its code blocks")] = False,
     logits_eos_inf: Annotated[bool, typer.Option(help="LLaDA: never propose end-of-text")] = False,
     confidence_eos_eot_inf: Annotated[bool, typer.Option(help="LLaDA: commit end-of-text/turn proposals last")] = False,
-    eos_penalty: Annotated[float, typer.Option(help="Dream-Coder: subtract this from the end-of-text logit")] = 0.0,
+    eos_penalty: Annotated[float, typer.Option(help="Dream-Coder: subtract this from the end-of-text logit", callback=finite)] = 0.0,
     cache: Cache = "none",
     cache_refresh: CacheRefresh = 0,
+    offline: Offline = False,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Continue a prompt (or answer a request, with a chat model) and print the code."""
-    from . import decoders, fill
-    from .models.cache import CacheSettings
-
     with reported():
+        with starting(quiet):
+            from . import decoders, fill
+            from .models.cache import CacheSettings
         prompt = files.read_source(prompt_file)
         options = decoders.parse_options(option or [])
         if length <= 0:
@@ -177,7 +266,8 @@ def generate(
         eos = fill.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
         lang_name = language(prompt_file, lang, required=False)
         CacheSettings(cache, refresh=cache_refresh)  # a bad --cache fails before the model loads
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet)
+        check_refresh(cache, cache_refresh)
+        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet, offline)
         job = fill.prepare_generate(prompt, dlm=dlm, decoder=decoder, options=options, length=length, seed=seed,
                                     temperature=temperature, lang=lang_name, chat=chat, raw=raw, eos=eos,
                                     cache=cache, cache_refresh=cache_refresh)
@@ -188,22 +278,29 @@ def generate(
 
 @app.command()
 def check(
-    file: Source,
+    file: Annotated[list[str], typer.Argument(help="files, or - to read stdin; each in its own language")],
     lang: Lang = None,
-    json_out: Json = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout: one object, or a list of them (with `file`) for several files")] = False,
 ) -> None:
-    """Report syntax errors, like a linter: exit 1 when there are any."""
+    """Report syntax errors, like a linter: exit 1 when any file has them."""
     from . import syntax
 
     with reported():
-        source = files.read_source(file)
-        report = syntax.check(source, language(file, lang, required=True))
+        if file.count(files.STDIN) > 1:
+            raise UsageError("check: stdin (-) can be read only once")
+        checked = [(name, files.read_source(name)) for name in file]  # every file readable before any report
+        languages = [language(name, lang, required=True) for name, _ in checked]
+        reports = []
+        for (name, source), lang_name in zip(checked, languages):
+            report = syntax.check(source, lang_name)
+            label = "stdin" if name == files.STDIN else name
+            reports.append(report.to_dict() | {"file": label})
+            for problem in report.problems:
+                typer.echo(f"{label}:{problem.line}:{problem.column + 1}: {problem.message}", err=json_out)
         if json_out:
-            typer.echo(json.dumps(report.to_dict()))
-        name = "stdin" if file == files.STDIN else file
-        for problem in report.problems:
-            typer.echo(f"{name}:{problem.line}:{problem.column + 1}: {problem.message}", err=json_out)
-        if not report.ok:
+            one = {k: v for k, v in reports[0].items() if k != "file"}
+            typer.echo(json.dumps(one if len(reports) == 1 else reports))
+        if not all(r["ok"] for r in reports):
             raise typer.Exit(1)
 
 
@@ -268,7 +365,7 @@ def compare(
     decoder: Decoders = None,
     samples: Annotated[int, typer.Option("--samples", "-n", help="runs per decoder, with seeds 0..N-1")] = 1,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
-    temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]")] = None,
+    temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite)] = None,
     length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
     model: Model = None,
     device: Device = "auto",
@@ -276,25 +373,27 @@ def compare(
     family: Family = None,
     trust_remote_code: TrustRemoteCode = False,
     lang: Lang = None,
+    offline: Offline = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the results as one JSON object on stdout")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Run several decoders on the same span N times each: breakage rate, exact match, TPF and speed, live."""
-    from . import spans, view
-    from .bench import live, runner
-
     with reported():
+        with starting(quiet):
+            from . import spans, view
+            from .bench import live, runner
         source = files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
         temp, note = runner.compare_temperature(samples, temperature)
         configs = runner.configs(decoder or [], option or [], [], temp)
         lang_name, n = language(file, lang, required=False), parse_length(length)
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet)
+        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet, offline)
         configs, skipped = runner.attach_all(configs, dlm, strict=bool(decoder))
         out = view.console(quiet)
         for line in filter(None, [note, *skipped]):
             out.print(line, soft_wrap=True)
-        board = live.Board(configs, samples, out, f"compare · {file} · {span or 'markers'} · {samples} run(s) each")
+        where_label = f"lines {span}" if span is not None else "⟦fill⟧ markers"
+        board = live.Board(configs, samples, out, f"compare · {file} · {where_label} · {samples} run(s) each")
         found = board.follow(runner.compare(source, where, file, dlm, configs, samples, lang_name, n))
         out.print(board.table())
         if json_out:
@@ -312,7 +411,7 @@ def bench(
     seed: Seed = 0,
     length: Annotated[int, typer.Option(help="tokens generated per prompt (humaneval); infill holes get the canonical middle's token count (oracle length)")] = 128,
     out: Annotated[Path | None, typer.Option(help="folder for samples.jsonl, summary.json/.csv and pareto.png/.svg; an existing one is resumed")] = None,
-    timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run")] = 10.0,
+    timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run", callback=finite)] = 10.0,
     cpu: Annotated[int, typer.Option(help="CPU seconds per test run")] = 5,
     memory: Annotated[int, typer.Option(help="MiB of memory per test run")] = 1024,
     model: Model = None,
@@ -323,16 +422,17 @@ def bench(
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     quiet: Quiet = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="decodes sharing each model forward (padded, masked); results as at 1")] = 1,
+    offline: Offline = False,
 ) -> None:
     """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
-    from . import view
-    from .bench import live, runner
-
     with reported("the samples written to --out are kept; run the same command again to resume"):
+        with starting(quiet):
+            from . import view
+            from .bench import live, runner
         limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory}
         run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size)
         quiet = quiet or not run.ranks.lead
-        dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet)
+        dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet, offline)
         run.load(dlm)
         con, title = view.console(quiet), f"bench · {suite} · {len(run.suite.tasks)} tasks"
         for note in run.notes:
@@ -366,10 +466,10 @@ def speed(
     quiet: Quiet = False,
 ) -> None:
     """Time each decoder with and without a KV cache: ms per call, decoder overhead, calls, TPF, tokens/s, vs low-confidence."""
-    from . import view
-    from .bench import speed as timing
-
     with reported():
+        with starting(quiet):
+            from . import view
+            from .bench import speed as timing
         modes = tuple(m.strip() for m in cache.split(",") if m.strip())
         cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats)
         con = view.console(quiet)

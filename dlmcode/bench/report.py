@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import files
 from ..errors import InputError
 from .metrics import Sample
 
@@ -81,6 +82,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
+        os.chmod(tmp, files.new_file_mode())  # mkstemp makes 0600; a new file gets 0666 less the umask, as the plots do
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -140,7 +140,9 @@ class Infill:
         if len(plan.holes) != 1:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
         model = config.model(dlm)
-        return fill.Job(plan, model, config.decoder, seed, task.lang, before=task.original, predict=fill.exact_length(model))
+        # The hidden middle is the user's text for the hole, as a --span's lines are.
+        return fill.Job(plan, model, config.decoder, seed, task.lang, originals=(task.canonical or "",),
+                        predict=fill.exact_length(model))
 
     def output(self, task: Task, result: fill.Result) -> str:
         return result.text[len(task.prompt) : len(result.text) - len(task.suffix)]
@@ -160,7 +162,10 @@ class Generate:
         return truncate(result.text[len(task.prompt) :], STOP)
 
     def breakage(self, task: Task, result: fill.Result, output: str) -> syntax.Breakage | None:
-        return syntax.breakage(task.prompt, task.prompt + output, task.lang)
+        # The completion (cut at top-level code) is the hole, after the prompt (fill.Job's rule).
+        end = len(task.prompt)
+        hole = syntax.Region((end, end), (end, end + len(output)))
+        return syntax.breakage(task.prompt, task.prompt + output, task.lang, holes=[hole])
 
 
 MODES: dict[str, Infill | Generate] = {"infill": Infill(), "generate": Generate()}
@@ -358,6 +363,8 @@ class BenchRun:
         from . import suites
 
         self.suite = suites.load(self.suite_name, self.limit, dlm.tokenizer)
+        if not self.suite.tasks:
+            raise InputError(f"suite {self.suite_name!r} has no tasks: nothing to run")
         if any(t.mode == "generate" for t in self.suite.tasks) and self.length >= dlm.context:
             raise UsageError(f"--length {self.length} leaves no room for the prompt in the model's context ({dlm.context} tokens)")
         self.configs, skipped = attach_all(self.configs, dlm, self.strict)
@@ -450,6 +457,8 @@ def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list
 
     suites.loader_for(suite)
     suites.check_limit(limit)
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is an existing file; give a folder (a new one, or one to resume)")
     if length < 1:
         raise UsageError(f"--length {length}: give a positive number of tokens")
     batch.Batcher(batch_size)  # a UsageError for a batch size below 1

@@ -5,8 +5,14 @@ FAMILIES is the registry of adapters; each module has `matches(config) -> bool` 
 and the first match wins: builtin (model_type "dlmcode"), llada, dream, and masked-lm last
 because it is the broadest. `family=` (--family) overrides detection.
 
-Nothing here touches the network: a name is a local folder or a Hugging Face hub id that is
-already in the local cache, and anything else fails at once with one clear line.
+A name is a local folder or a Hugging Face hub id. A hub id is taken from the local cache
+when it is there (no network); otherwise it is downloaded, with huggingface_hub's progress
+bars on stderr, unless offline (`offline=True`, --offline, or HF_HUB_OFFLINE=1), where it
+fails at once with one clear line. Nothing here changes the process's environment.
+
+A folder that cannot be loaded (a config.json value of the wrong type, truncated weights,
+weights of other shapes than config.json says, a corrupt tokenizer) is one ModelError naming
+the folder and what is wrong, never a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelError, UsageError
+from ..errors import DlmcodeError, ModelError, UsageError
 from . import builtin, dream, hf, llada, masked_lm
 from .base import Dlm, Tokenizer
 from .device import resolve_device, resolve_dtype
@@ -37,15 +43,18 @@ def load(
     dtype: str = "auto",
     family: str | None = None,
     trust_remote_code: bool = False,
+    offline: bool | None = None,
 ) -> Dlm:
-    """The model at a folder or cached hub id (None: the built-in one), on `device` in `dtype`."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # never wait on the network: a miss costs 23 s of retries otherwise
+    """The model at a folder or hub id (None: the built-in one), on `device` in `dtype`.
+
+    `offline` None follows HF_HUB_OFFLINE; an uncached hub id is downloaded unless offline.
+    """
     if family is not None and family not in FAMILIES:
         raise UsageError(f"--family {family!r}: unknown model family; use one of {', '.join(FAMILIES)}")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     name = name_or_path or BUILTIN
-    path = builtin_path() if name == BUILTIN else resolve(name)
+    path = builtin_path() if name == BUILTIN else resolve(name, offline)
     hf.check_folder(path)
     key = family or (BUILTIN if name == BUILTIN else detect(path))
     try:
@@ -53,6 +62,10 @@ def load(
     except torch.OutOfMemoryError:
         size = str(dt).removeprefix("torch.")
         raise ModelError(f"model {name!r} does not fit in {dev} memory as {size}; try --dtype bf16 or another --device") from None
+    except DlmcodeError:
+        raise
+    except Exception as err:  # what an adapter does not diagnose itself (a broken folder): one line, not a traceback
+        raise ModelError(f"model {hf.label(path)!r} cannot be loaded as {key} ({hf.first_line(err)})") from None
     return dataclasses.replace(dlm, name=name)
 
 
@@ -63,8 +76,8 @@ def builtin_path() -> Path:
     return path
 
 
-def resolve(name: str) -> Path:
-    """A local folder, or the cached snapshot of a hub id; ModelError for anything else."""
+def resolve(name: str, offline: bool | None = None) -> Path:
+    """A local folder, or the snapshot of a hub id (cached, else downloaded unless offline); ModelError for anything else."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path
@@ -72,19 +85,52 @@ def resolve(name: str) -> Path:
         raise ModelError(f"model {name!r} is a file, not a model folder")
     if not HUB_ID.fullmatch(name):
         raise ModelError(f"no such model folder: {name}")
-    return cached(name)
+    found = cached(name)
+    if found is not None:
+        return found
+    if is_offline(offline):
+        raise ModelError(
+            f"model {name!r} is not a local folder and is not in the Hugging Face cache, and downloads are off"
+            f" ({'--offline' if offline else 'HF_HUB_OFFLINE=1'}); download it with `hf download {name}` or go online"
+        )
+    return download(name)
 
 
-def cached(repo_id: str) -> Path:
+def is_offline(offline: bool | None) -> bool:
+    """`offline` when given, else HF_HUB_OFFLINE as huggingface_hub reads it."""
+    if offline is not None:
+        return offline
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def cached(repo_id: str) -> Path | None:
+    """The local snapshot of a hub id, or None: never touches the network."""
     from huggingface_hub import snapshot_download
 
     try:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except (OSError, ValueError):  # LocalEntryNotFoundError (an OSError), HFValidationError (a ValueError)
+        return None
+
+
+WANTED = ["*.json", "*.safetensors", "*.py", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # config, weights, tokenizer, code
+LEGACY_WEIGHTS = ["pytorch_model*.bin"]  # fetched only when a repo has no safetensors
+
+
+def download(repo_id: str) -> Path:
+    """Download a hub model into the Hugging Face cache, with huggingface_hub's progress bars on stderr."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = Path(snapshot_download(repo_id, allow_patterns=WANTED))
+        if not any(path.glob("*.safetensors")):
+            path = Path(snapshot_download(repo_id, allow_patterns=WANTED + LEGACY_WEIGHTS))
+    except Exception as err:  # not found, gated, no network, ...: huggingface_hub and httpx raise many types
         raise ModelError(
-            f"model {repo_id!r} is not a local folder and is not in the Hugging Face cache; "
-            f"download it first with `hf download {repo_id}` on a machine with network"
+            f"model {repo_id!r} is not a local folder or in the Hugging Face cache, and downloading it failed"
+            f" ({hf.first_line(err)}); check the id and the network, or pass a local folder"
         ) from None
+    return path
 
 
 def detect(path: Path) -> str:

@@ -20,9 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import ModelError
 from . import batch
 from . import cache as kvcache
 from .base import Dlm
+from .hf import first_line
 
 MODEL_TYPE = "dlmcode"
 ARCHITECTURE = "DlmcodeDiffusionLM"
@@ -49,8 +51,28 @@ class BuiltinConfig:
 
     @classmethod
     def from_json(cls, data: dict) -> BuiltinConfig:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """The config from config.json's fields; ValueError naming the first field of a wrong type or size."""
+        hints = {f.name: type(f.default) for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in hints}
+        for key, value in values.items():
+            if not is_number(value, hints[key]):
+                raise ValueError(f"{key} is {value!r}, expected {'an integer' if hints[key] is int else 'a number'}")
+            if key in POSITIVE and value <= 0:
+                raise ValueError(f"{key} is {value!r}, expected a positive number")
+        cfg = cls(**values)
+        if cfg.dim % cfg.n_heads or (cfg.dim // cfg.n_heads) % 2:
+            raise ValueError(f"dim {cfg.dim} is not n_heads {cfg.n_heads} times an even head size")
+        return cfg
+
+
+POSITIVE = frozenset({"vocab_size", "dim", "n_layers", "n_heads", "ffn_mult", "context", "rope_theta", "norm_eps"})
+
+
+def is_number(value: object, kind: type) -> bool:
+    """An int for an int field (never a bool), an int or float for a float field."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind is int else isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def rope_tables(length: int, head_dim: int, theta: float, device: torch.device, start: int = 0) -> tuple[Tensor, Tensor]:
@@ -156,9 +178,13 @@ class BuiltinTokenizer:
 
     @classmethod
     def from_file(cls, path: Path) -> BuiltinTokenizer:
+        """The tokenizer in tokenizer.json; ModelError when the file is not a tokenizer."""
         from tokenizers import Tokenizer
 
-        return cls(Tokenizer.from_file(str(path)))
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as err:  # tokenizers raises a bare Exception for a corrupt file
+            raise ModelError(f"model folder {str(Path(path).parent)!r}: {Path(path).name} is not a readable tokenizer ({first_line(err)})") from None
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -188,13 +214,44 @@ def save(model: DlmcodeDiffusionLM, tokenizer: BuiltinTokenizer, path: Path, dty
 
 
 def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> DlmcodeDiffusionLM:
-    from safetensors.torch import load_file
+    """The model in a folder; ModelError naming the folder for a bad config.json or weights that do not fit it."""
+    from .hf import read_config
 
-    cfg = BuiltinConfig.from_json(json.loads((Path(path) / "config.json").read_text()))
+    where = str(path)
+    try:
+        cfg = BuiltinConfig.from_json(read_config(Path(path)))
+    except ValueError as err:
+        raise ModelError(f"model folder {where!r}: config.json: {err}") from None
     model = DlmcodeDiffusionLM(cfg, init_weights=False)  # not on "meta": that imports torch._refs (seconds)
-    state = load_file(str(Path(path) / "model.safetensors"))
+    state = read_weights(Path(path) / "model.safetensors")
+    check_shapes(where, model, state)
     model.load_state_dict(state)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def read_weights(file: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(file))
+    except Exception as err:  # SafetensorError (a truncated or corrupt file), OSError
+        raise ModelError(f"model folder {str(file.parent)!r}: {file.name} cannot be read, it is truncated or corrupt ({first_line(err)})") from None
+
+
+def check_shapes(where: str, model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Refuse weights that are not the ones config.json describes: name the first tensor that differs."""
+    expected = model.state_dict()
+    missing, extra = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+    if missing:
+        raise ModelError(f"model folder {where!r}: model.safetensors lacks {missing[0]!r} ({len(missing)} tensor(s) config.json implies are missing)")
+    if extra:
+        raise ModelError(f"model folder {where!r}: model.safetensors has {extra[0]!r}, a tensor the model config.json describes does not have")
+    for name, tensor in expected.items():
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise ModelError(
+                f"model folder {where!r}: model.safetensors does not match config.json: {name} is "
+                f"{tuple(state[name].shape)} in the weights, {tuple(tensor.shape)} by config.json"
+            )
 
 
 def make_predict(model: DlmcodeDiffusionLM):

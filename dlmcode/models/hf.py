@@ -6,8 +6,9 @@ transformers is imported inside functions only, so `import dlmcode.models` stays
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -57,12 +58,21 @@ def check_folder(path: Path) -> None:
         raise ModelError(f"model folder {label(path)!r} is incomplete: no {', no '.join(missing)}")
 
 
-def quiet() -> None:
-    """No progress bars ("Loading weights") or warnings from transformers on stderr: it owns no output here."""
-    import transformers
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No progress bars ("Loading weights") or warnings from transformers on stderr while loading:
+    it owns no output here. transformers' verbosity is process-wide, so it is restored after."""
+    from transformers.utils import logging
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def transformers_major() -> int:
@@ -84,10 +94,10 @@ def first_line(err: BaseException) -> str:
 def load_tokenizer(path: Path, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
-    quiet()
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=bool(trust_remote_code))
-    except (OSError, ValueError, KeyError) as err:
+        with quiet():
+            return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=bool(trust_remote_code))
+    except Exception as err:  # a corrupt tokenizer.json raises the tokenizers library's bare Exception
         raise ModelError(f"model {label(path)!r}: cannot load its tokenizer ({first_line(err)})") from None
 
 
@@ -233,9 +243,9 @@ def load_remote_tokenizer(path: Path, family: str) -> Any:
     """The tokenizer of a remote-code family, which may itself be remote code (Dream's tokenization_dream.py)."""
     from transformers import AutoTokenizer
 
-    quiet()
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=True)
+        with quiet():
+            return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=True)
     except Exception as err:  # as for the model: any failure of the published code ends in the one clear error
         raise remote_code_error(path, family, f"tokenizer: {first_line(err)}") from None
 
@@ -244,9 +254,9 @@ def load_remote(path: Path, family: str, device: torch.device, dtype: torch.dtyp
     """AutoModel on the folder's own modelling code (config.json auto_map), in eval mode on `device`."""
     from transformers import AutoModel
 
-    quiet()
     try:
-        model = AutoModel.from_pretrained(path, **pretrained_kwargs(dtype, True))
+        with quiet():
+            model = AutoModel.from_pretrained(path, **pretrained_kwargs(dtype, True))
     except torch.OutOfMemoryError:
         raise
     except Exception as err:  # remote code breaks in many ways under transformers 5 (AttributeError, KeyError, ...)

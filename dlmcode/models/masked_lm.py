@@ -40,10 +40,10 @@ def context(model: Any, frame: tuple[list[int], list[int]]) -> int:
 def load_model(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool) -> Any:
     from transformers import AutoModelForMaskedLM
 
-    hf.quiet()
     try:
         kwargs = hf.pretrained_kwargs(dtype, trust_remote_code)
-        model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
+        with hf.quiet():
+            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError, KeyError) as err:  # ValueError: not a masked LM, or remote code not trusted
         raise ModelError(f"model {hf.label(path)!r}: cannot load it as a masked LM ({hf.first_line(err)})") from None
     missing = sorted(k for k in info["missing_keys"] if not k.endswith("bias"))  # a lone bias is usually a tie artifact
