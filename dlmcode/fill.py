@@ -41,6 +41,7 @@ class Result:
     decoder: str
     settings: Mapping[str, Any]
     model: str
+    reopened: int = 0  # committed tokens a decoder took back (each was decoded again; TPF still counts holes)
 
     @property
     def tpf(self) -> float:
@@ -56,6 +57,7 @@ class Result:
             "canvas": self.canvas,
             "calls": self.calls,
             "filled": self.filled,
+            "reopened": self.reopened,
             "tpf": round(self.tpf, 4),
             "seconds": round(self.seconds, 4),
             "breakage": self.breakage.to_dict() if self.breakage else None,
@@ -83,7 +85,8 @@ class Job:
     def run(self, follow: Follow = last) -> Result:
         """Decode (through `follow`, which consumes the Step stream) and splice the result."""
         start = time.perf_counter()
-        final = follow(self.steps())
+        taken: list[int] = []  # tokens each Step reopened
+        final = follow(counting(self.steps(), taken))
         seconds = time.perf_counter() - start
         canvas = final.canvas if final else self.plan.canvas
         filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
@@ -99,12 +102,20 @@ class Job:
             decoder=decoders.name_of(self.decoder),
             settings=decoders.settings_of(self.decoder),
             model=self.dlm.name,
+            reopened=sum(taken),
         )
 
     def span_of(self, filled: spans.Filled) -> tuple[int, int] | None:
         if not filled.span_lines:
             return None
         return filled.span_lines[0][0], filled.span_lines[-1][1]
+
+
+def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
+    """The Step stream as it is, noting in `taken` how many tokens each Step reopened."""
+    for step in steps:
+        taken.append(len(step.reopened))
+        yield step
 
 
 AUTO = "auto"
