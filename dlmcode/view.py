@@ -17,6 +17,7 @@ from .canvas import Step, last
 from .fill import Job, Result
 
 HOLE = "░"  # how a hole is drawn
+REOPENED = "▒"  # how a hole is drawn that held a committed token until a decoder took it back
 CONTEXT_CHARS = 300  # context shown around the holes
 
 
@@ -33,6 +34,9 @@ class CanvasView:
         self.pieces: dict[int, str] = {}
         self.holes = job.plan.canvas.holes
         self.total = int(self.holes.sum())
+        self.taken_back: set[int] = set()  # reopened positions that are holes again
+        self.reopened = 0  # tokens reopened so far
+        self.last = -1  # index of the last Step tracked
 
     def follow(self, steps: Iterator[Step]) -> Step | None:
         """Consume the Step stream, drawing it live on a terminal; return the last Step."""
@@ -50,13 +54,24 @@ class CanvasView:
             self.pieces[token] = self.job.dlm.tokenizer.decode([token])
         return self.pieces[token]
 
+    def track(self, step: Step | None) -> None:
+        """Follow what the Steps reopened (each Step once, in order): reopening comes before the commits."""
+        if step is None or step.index <= self.last:
+            return
+        self.last = step.index
+        self.reopened += len(step.reopened)
+        self.taken_back = (self.taken_back | set(step.reopened.tolist())) - set(step.filled.tolist())
+
     def render(self, step: Step | None) -> Text:
+        self.track(step)
         canvas = step.canvas if step else self.job.plan.canvas
         fresh = set(step.filled.tolist()) if step else set()
         body = Text()
         for pos in self.window():
             token = int(canvas.tokens[pos])
-            if token == canvas.mask_id:
+            if token == canvas.mask_id and pos in self.taken_back:
+                body.append(REOPENED, style="bold yellow")
+            elif token == canvas.mask_id:
                 body.append(HOLE, style="dim magenta")
             elif pos in fresh:
                 body.append(self.piece(token), style="bold green")
@@ -71,8 +86,9 @@ class CanvasView:
         filled = self.total - (step.canvas.n_holes if step else self.total)
         tpf = filled / calls if calls else 0.0
         name = decoders.name_of(self.job.decoder)
+        taken = f" · reopened {self.reopened}" if self.reopened else ""
         return Text(f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "
-                    f"filled {filled}/{self.total} · TPF {tpf:.2f}", style="bold")
+                    f"filled {filled}/{self.total} · TPF {tpf:.2f}{taken}", style="bold")
 
     def window(self) -> range:
         """Canvas positions to draw: the holes with some context either side."""
@@ -86,8 +102,9 @@ class CanvasView:
 
 def summary(result: Result) -> str:
     """One line: what was filled, at what cost, and the syntax it broke."""
+    taken = f", reopened {result.reopened}" if result.reopened else ""
     line = (f"{result.decoder}: filled {result.filled} holes in {result.calls} calls "
-            f"(TPF {result.tpf:.2f}) in {result.seconds:.2f} s")
+            f"(TPF {result.tpf:.2f}{taken}) in {result.seconds:.2f} s")
     return f"{line} · {breakage_text(result)}"
 
 

@@ -38,7 +38,7 @@ def fake_dlm() -> Dlm:
 def job() -> Job:
     dlm = fake_dlm()
     plan = spans.plan_infill("a = 1\nb = 2\nc = 3\n", dlm.tokenizer, MASK, (2, 2), None, dlm.context)
-    return Job(plan, dlm, build("low-confidence"), seed=0, lang="python", before="a = 1\nb = 2\nc = 3\n")
+    return Job(plan, dlm, build("low-confidence"), seed=0, lang="python")
 
 
 def test_render_draws_holes_then_commits():
@@ -74,3 +74,35 @@ def test_summary_line_names_breakage():
     assert line.startswith("low-confidence: filled 5 holes in 5 calls (TPF 1.00)")
     assert "breakage: 1 new syntax error(s), first at line 2 (inside the filled span)" in line  # "(((((" is not Python
     assert "\n" not in line
+
+
+def test_a_reopened_hole_is_drawn_apart_from_a_fresh_one():
+    from dlmcode.canvas import Step
+    from dlmcode.view import REOPENED
+
+    j = job()
+    view = CanvasView(j, Console(file=io.StringIO()))
+    canvas = j.plan.canvas
+    start = view.render(None).plain
+    first = canvas.holes.nonzero().squeeze(-1)  # (5,) the holes, in order
+    paren = torch.full((5,), ord("(") + 1)
+    full = canvas.fill(first, paren)
+    one = Step(0, full, first, torch.ones(5), 1)
+    assert view.render(one).plain.count("(") == 5
+    back = full.reopen(first[1:3])  # take two tokens back, commit nothing... then one of them again
+    two = Step(1, back.fill(first[1:2], paren[:1]), first[1:2], torch.ones(1), 2, reopened=first[1:3])
+    drawn = view.render(two).plain
+    assert drawn.count(REOPENED) == 1 and HOLE not in drawn  # position 3 is a reopened hole, not a fresh one
+    assert start.count(HOLE) == 5 and REOPENED not in start
+    assert "reopened 2" in drawn and "filled 4/5" in drawn
+    assert view.render(two).plain == drawn  # drawing the same Step again counts nothing twice
+    three = Step(2, two.canvas.fill(first[2:3], paren[:1]), first[2:3], torch.ones(1), 3)
+    assert REOPENED not in view.render(three).plain  # refilled: drawn as a token again
+
+
+def test_summary_line_counts_reopened_tokens():
+    import dataclasses
+
+    result = dataclasses.replace(job().run(), reopened=3)
+    assert "reopened 3" in summary(result)
+    assert "reopened" not in summary(job().run())
