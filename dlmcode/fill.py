@@ -11,7 +11,7 @@ import dataclasses
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -73,8 +73,8 @@ class Job:
     decoder: Decoder
     seed: int
     lang: str | None
-    before: str  # the text breakage is measured against
-    finish: Callable[[spans.Filled], str] = field(default=lambda filled: filled.text)
+    originals: tuple[str, ...] | None = None  # the user's text per hole when the plan lacks it (a benchmark's hidden middle)
+    finish: Callable[[spans.Filled], str] | None = None  # a chat job: the code cut out of the reply, all of it the model's
     trim_at: int | None = None  # generate: the completion ends at the first end-of-text
     predict: Predict | None = None  # the model's predict with end-of-text policies applied
 
@@ -90,7 +90,7 @@ class Job:
         seconds = time.perf_counter() - start
         canvas = final.canvas if final else self.plan.canvas
         filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
-        text = self.finish(filled)
+        text = self.finish(filled) if self.finish else filled.text
         return Result(
             text=text,
             ids=filled.ids,
@@ -98,17 +98,27 @@ class Job:
             calls=final.calls if final else 0,
             filled=self.plan.canvas.n_holes,
             seconds=seconds,
-            breakage=syntax.breakage(self.before, text, self.lang, self.span_of(filled)) if self.lang else None,
+            breakage=self.breakage(filled, text),
             decoder=decoders.name_of(self.decoder),
             settings=decoders.settings_of(self.decoder),
             model=self.dlm.name,
             reopened=sum(taken),
         )
 
-    def span_of(self, filled: spans.Filled) -> tuple[int, int] | None:
-        if not filled.span_lines:
+    @property
+    def before(self) -> str:
+        """The user's code, which breakage is measured against (spans.reference); a chat request is not code."""
+        return "" if self.finish else spans.reference(self.plan, self.originals)[0]
+
+    def breakage(self, filled: spans.Filled, text: str) -> syntax.Breakage | None:
+        """The syntax errors of `text` that the user's code did not have, one rule for every mode (README)."""
+        if self.lang is None:
             return None
-        return filled.span_lines[0][0], filled.span_lines[-1][1]
+        if self.finish:  # the whole reply is the model's: one hole, in an empty text
+            return syntax.breakage("", text, self.lang, holes=[syntax.Region((0, 0), (0, len(text)))])
+        before, regions = spans.reference(self.plan, self.originals)
+        holes = [syntax.Region(b, a) for b, a in zip(regions, filled.regions)]
+        return syntax.breakage(before, text, self.lang, holes=holes)
 
 
 def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
@@ -181,7 +191,7 @@ def prepare_infill(
     if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
         plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
     predict = model.predict if auto else exact_length(model)
-    return Job(plan, model, built, seed, lang, before=source, predict=predict)
+    return Job(plan, model, built, seed, lang, predict=predict)
 
 
 def prepare_generate(
@@ -212,11 +222,11 @@ def prepare_generate(
     plan = spans.plan_generate(text, model.tokenizer, model.mask_id, length, model.context, model.bos_id)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     if not use_chat:
-        return Job(plan, model, built, seed, lang, prompt, trim_at=model.eos_id, predict=eos.wrap(model))
+        return Job(plan, model, built, seed, lang, trim_at=model.eos_id, predict=eos.wrap(model))
     if oracle.wants(built):
         raise UsageError(f"decoder {decoders.name_of(built)!r} cannot guard a chat reply (its code is cut out after decoding); use --no-chat")
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
-    return Job(plan, model, built, seed, lang, "", reply, trim_at=model.eos_id, predict=eos.wrap(model))
+    return Job(plan, model, built, seed, lang, finish=reply, trim_at=model.eos_id, predict=eos.wrap(model))
 
 
 def prepare_middle(
@@ -245,7 +255,7 @@ def prepare_middle(
     plan = spans.plan_middle(prefix, suffix, model.tokenizer, model.mask_id, length, model.context, model.bos_id, model.eos_id)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
     predict = model.predict if end_ids else exact_length(model)
-    return Job(plan, model, built, seed, lang, before=prefix + suffix, predict=predict)
+    return Job(plan, model, built, seed, lang, predict=predict)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ class Hole:
     start_char: int
     end_char: int
     length: int  # tokens on the canvas
+    user_text: bool = False  # the replaced text is the user's code (a --span's lines), not a marker
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Filled:
     ids: list[int]  # every hole position's id, in position order, before trim_at and drop_ids
     fills: list[str]  # the decoded text of each hole
     span_lines: list[tuple[int, int]]  # 1-based inclusive lines of each fill in `text`
+    regions: list[tuple[int, int]]  # [start, end) chars of each fill in `text`
 
 
 # ---------------------------------------------------------------- spans and markers
@@ -222,7 +224,7 @@ def _check_length(length: int | None) -> None:
 
 def _span_hole(text: str, span: tuple[int, int], length: int | None, tokenizer: Tokenizer) -> Hole:
     start, end = line_span(text, span)
-    return Hole(start, end, length or max(1, len(tokenizer.encode(text[start:end]))))
+    return Hole(start, end, length or max(1, len(tokenizer.encode(text[start:end]))), user_text=True)
 
 
 def _plan(
@@ -335,7 +337,21 @@ def splice(
         raise ValueError("splice needs a finished canvas: some holes are still masked")
     fills = [_decode(run, tokenizer, drop_ids, trim_at) for run in runs]
     text, spans = _join(plan.text, plan.holes, fills)
-    return Filled(text, [i for run in runs for i in run], fills, [_line_range(text, s, e) for s, e in spans])
+    return Filled(text, [i for run in runs for i in run], fills, [_line_range(text, s, e) for s, e in spans], spans)
+
+
+def reference(plan: Plan, originals: Sequence[str] | None = None) -> tuple[str, list[tuple[int, int]]]:
+    """The user's code, what breakage is measured against, and each hole's [start, end) chars in it.
+
+    It is the plan's text with each hole holding the user's text for it: `originals`, one per
+    hole, when the plan does not hold that text (a benchmark's hidden middle); else a --span's
+    own lines, and nothing for a ⟦fill⟧ marker or a continuation, which are not code.
+    """
+    if originals is None:
+        originals = [plan.text[h.start_char : h.end_char] if h.user_text else "" for h in plan.holes]
+    if len(originals) != len(plan.holes):
+        raise ValueError(f"{len(originals)} original texts for {len(plan.holes)} holes")
+    return _join(plan.text, plan.holes, list(originals))
 
 
 def _decode(run: list[int], tokenizer: Tokenizer, drop_ids: frozenset[int], trim_at: int | None) -> str:

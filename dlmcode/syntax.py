@@ -19,7 +19,7 @@ import importlib
 import os.path
 import warnings
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
@@ -188,16 +188,34 @@ class Report:
         return {"lang": self.lang, "ok": self.ok, "errors": self.errors, "problems": problems}
 
 
-def check(text: str, lang: str) -> Report:
-    """Parse `text` as `lang` (a name or alias) and report every syntax problem."""
-    return _check(text, language_for(lang=lang))
+def check(text: str, lang: str, *, raw: bool = False) -> Report:
+    """Parse `text` as `lang` (a name or alias) and report every syntax problem, each mistake once.
+
+    Where a precise checker (Python's compile()) places a mistake, tree-sitter problems whose
+    lines contain that place are the same mistake seen coarsely (an ERROR node often starts
+    at the enclosing class or at the file's top): they are left out (`narrow`), unless `raw`.
+    """
+    report = _check(text, language_for(lang=lang))
+    return report if raw else Report(report.lang, narrow(report.problems))
+
+
+def narrow(problems: Sequence[Problem]) -> tuple[Problem, ...]:
+    """`problems` without the tree-sitter ones whose lines contain an extra checker's problem."""
+    places = [p.line for p in problems if POOL_OF_KIND[p.kind] != TREE_SITTER]
+    return tuple(p for p in problems if not _coarse(p, places))
+
+
+def _coarse(problem: Problem, places: Sequence[int]) -> bool:
+    return POOL_OF_KIND[problem.kind] == TREE_SITTER and any(problem.line <= x <= problem.end_line for x in places)
 
 
 @functools.lru_cache(maxsize=CHECK_CACHE_SIZE)
 def _check(text: str, name: str) -> Report:
     data = text.encode("utf-8", ENCODE_ERRORS)
     entry = _languages()[name]
-    found = _tree_problems(data, name)
+    # A file-top ERROR is located by what it nests only where no precise checker locates the
+    # mistake: tree-sitter-python's nested nodes there are mostly recovery artifacts.
+    found = _tree_problems(data, name, locate_top=not entry.checks)
     for check_name in entry.checks:
         found.extend(CHECKS[check_name](text, data))
     return Report(name, tuple(sorted(found, key=lambda p: (p.start_byte, p.end_byte))))
@@ -227,14 +245,17 @@ def _parser(name: str):  # -> tree_sitter.Parser; imported here so module import
         raise DlmcodeError(f"the {name} grammar does not load ({e}): reinstall {entry.package}") from None
 
 
-def _tree_problems(data: bytes, name: str) -> list[Problem]:
+def _tree_problems(data: bytes, name: str, locate_top: bool = False) -> list[Problem]:
     tree = _parser(name).parse(data)
-    return [_node_problem(kind, node, data) for kind, node in _issues(tree)]
+    return [_node_problem(kind, node, data) for kind, node in _issues(tree, locate_top)]
 
 
-def _issues(tree) -> Iterator[tuple[str, object]]:
+def _issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
     """ERROR and MISSING nodes in document order; an ERROR subtree is reported once.
 
+    locate_top: an ERROR node that starts at the file's first byte and nests other problems
+    is reported as the first of them. Recovery wrapped everything up to the mistake in it, so
+    its own place, 1:1, says nothing; the first nested problem is where parsing gave up.
     Subtrees whose has_error is False are skipped, so a clean tree costs O(1).
     """
     if not tree.root_node.has_error:
@@ -244,7 +265,8 @@ def _issues(tree) -> Iterator[tuple[str, object]]:
         node = cursor.node
         descend = node.has_error
         if node.is_error:
-            yield ERROR, node
+            inner = _first_nested(node) if locate_top and node.start_byte == 0 else None
+            yield (MISSING if inner is not None and inner.is_missing else ERROR), inner or node
             descend = False
         elif node.is_missing:
             yield MISSING, node
@@ -253,6 +275,16 @@ def _issues(tree) -> Iterator[tuple[str, object]]:
         while not cursor.goto_next_sibling():
             if not cursor.goto_parent():
                 return
+
+
+def _first_nested(node):  # -> the first ERROR or MISSING node strictly inside `node`, or None
+    for child in node.children:
+        if child.is_error or child.is_missing:
+            return child
+        found = _first_nested(child) if child.has_error else None
+        if found is not None:
+            return found
+    return None
 
 
 def _node_problem(kind: str, node, data: bytes) -> Problem:
@@ -358,11 +390,11 @@ CHECKS: dict[str, Callable[[str, bytes], list[Problem]]] = {"python-compile": _p
 
 @dataclass(frozen=True)
 class Breakage:
-    """What a fill did to the syntax: the errors of the output that the input did not have."""
+    """What a fill did to the syntax: the errors of the output that the user's code did not have."""
 
     new_errors: int
-    first_line: int | None  # 1-based line in the output of the first new error
-    touches_span: bool  # some new error overlaps the filled span
+    first_line: int | None  # 1-based line in the output where the first new error is (breakage docstring)
+    touches_span: bool  # that first new error lies on a filled line
 
     @property
     def broken(self) -> bool:
@@ -380,123 +412,166 @@ class Breakage:
 NOT_BROKEN = Breakage(new_errors=0, first_line=None, touches_span=False)
 
 
-def breakage(before: str, after: str, lang: str, span: tuple[int, int] | None = None) -> Breakage:
-    """Compare the problems of `after` (the output) with those of `before` (the input).
+@dataclass(frozen=True)
+class Region:
+    """One hole in the two texts `breakage` compares, as [start, end) characters.
 
-    `span` = (first_line, last_line), 1-based inclusive, is the filled region in `after`; it
-    only decides `touches_span` (False without a span): lines are matched from the texts.
+    `before`: the user's own text for the hole in the reference (a --span's original lines;
+    empty for a ⟦fill⟧ marker or a continuation, which are not the user's code).
+    `after`: the hole's fill in the output.
+    """
 
-    The rule. The common leading and trailing lines of the two texts are unchanged; the
-    lines between are the edit, and lines below it move by the edit's line shift. Then, for
-    each checker separately (tree-sitter; Python's compile()):
-    - tree-sitter's recovery is coarse (one bad line can become one ERROR node swallowing
-      several statements, and an edit can re-group old errors), so its new errors are
-      max(0, count(after) - count(before)): robust, blind only to a fix and a break that
-      cancel out. To locate them, each `after` problem is paired with a `before` problem on
-      the same line (moved by the shift; any line inside the edit pairs with any other);
-      the unpaired ones are the new errors' candidates.
-    - compile() stops at the first error, so its error in `after` is new when `before`
-      compiled, or when it lies above `before`'s error (shifted; one inside the edit counts as
-      at the edit's first line). One below was never looked at in `before`, so it proves
-      nothing. This catches a break above an old error that tree-sitter merges into one node.
+    before: tuple[int, int]
+    after: tuple[int, int]
+
+
+def breakage(
+    before: str, after: str, lang: str, span: tuple[int, int] | None = None, *, holes: Sequence[Region] | None = None,
+) -> Breakage:
+    """The syntax errors of `after` (the output) that `before` (the user's code) did not have.
+
+    `holes`, in text order, say where the fills are (Region); without them the one run of
+    text that differs between the texts is taken as a rewritten hole. `span` = (first_line,
+    last_line), 1-based inclusive lines of `after`, overrides the filled lines that decide
+    where the first error is reported (`touches_span`; no span and no holes: False).
+
+    The rule (README, "breakage"), per checker (tree-sitter; Python's compile()):
+    - The user's errors are the problems of `before` that do not start in a hole's reach: the
+      lines of its user text, and for an empty hole (a marker, a continuation) also the
+      nearest non-blank line above and below it, since the code around an empty hole is
+      incomplete and parsers report that there (`x = ` , `def f():` with no body).
+    - Lines outside the holes are the same text in both; below a hole they move by its line
+      shift. A problem of `after` is new unless it starts on the line where one of the user's
+      errors moved to (each pairs once): so every problem on a fill's lines, or in an empty
+      hole's reach, is new.
+    - compile() stops at its first error, so it only says anything above its first error in
+      `before`: its error in `after` is new when it lies in a hole's reach, when `before`
+      compiled, or above (the moved place of) `before`'s first error; one that pairs with a
+      user's error or lies below it was never looked at in `before` and counts for nothing.
     new_errors is the larger of the checkers' counts (both usually see the same mistake, as
-    in Report.errors); first_line is the first line of a new error's candidates, and
-    touches_span says whether any candidate's lines meet the span.
+    in Report.errors). first_line is where the first new error is: its first line, or the
+    first filled line it covers when it starts above the fill (tree-sitter's ERROR nodes
+    often start at the enclosing block or class), and a tree-sitter error whose lines
+    contain a new compile() error is placed by the compiler; touches_span says whether that
+    first line is a filled line.
     """
     if span is not None and not 1 <= span[0] <= span[1]:
         raise ValueError(f"span must be (first_line, last_line) with 1 <= first <= last, got {span}")
-    old, new = _pools(check(before, lang).problems), _pools(check(after, lang).problems)
-    edit = _Edit.between(before, after)
-    found = [NEW_IN_POOL[pool](old.get(pool, []), problems, edit) for pool, problems in new.items()]
+    name = language_for(lang=lang)
+    given = holes is not None
+    layout = _Layout.of(before, after, list(holes) if given else _changed(before, after), grow=given)
+    old, new = _pools(_check(before, name).problems), _pools(_check(after, name).problems)
+    found = [NEW_IN_POOL[pool](old.get(pool, []), problems, layout) for pool, problems in new.items()]
     culprits = [p for _, candidates in found for p in candidates]
     if not culprits:
         return NOT_BROKEN
-    return Breakage(
-        new_errors=max(count for count, _ in found),
-        first_line=min(p.line for p in culprits),
-        touches_span=span is not None and any(_meets(p, span) for p in culprits),
-    )
+    filled = [span] if span is not None else (list(layout.after) if given else [])
+    line, inside = min(_place(p, filled) for p in narrow(culprits))
+    return Breakage(new_errors=max(count for count, _ in found), first_line=line, touches_span=inside)
 
 
-EDITED = "edited"  # the pairing key of every line inside the edit
+def _changed(before: str, after: str) -> list[Region]:
+    """The one run of characters that differs, as a hole (none when the texts are equal)."""
+    if before == after:
+        return []
+    prefix = len(os.path.commonprefix([before, after]))
+    room = min(len(before), len(after)) - prefix  # the tail may not reuse prefix characters
+    suffix = len(os.path.commonprefix([before[::-1][:room], after[::-1][:room]]))
+    return [Region((prefix, len(before) - suffix), (prefix, len(after) - suffix))]
+
+
+Lines = tuple[int, int]  # 1-based, inclusive
 
 
 @dataclass(frozen=True)
-class _Edit:
-    """The one changed run of lines between two texts, found by common prefix and suffix."""
+class _Layout:
+    """Each hole's lines in `before` and in `after`, the line shift below it, and its reach in `before`."""
 
-    prefix: int  # lines equal at the top
-    before_below: int  # first line of `before` in the equal tail (1-based)
-    after_below: int  # the same line in `after`
+    before: tuple[Lines, ...]
+    after: tuple[Lines, ...]
+    shifts: tuple[int, ...]  # how far the lines below each hole move (the holes above it included)
+    reach: tuple[Lines, ...]
 
     @classmethod
-    def between(cls, before: str, after: str) -> _Edit:
-        old, new = before.split("\n"), after.split("\n")
-        prefix = _common_prefix(old, new)
-        room = min(len(old), len(new)) - prefix  # the tail may not reuse prefix lines
-        suffix = _common_prefix(old[::-1][:room], new[::-1][:room])
-        return cls(prefix, len(old) - suffix + 1, len(new) - suffix + 1)
+    def of(cls, before: str, after: str, holes: list[Region], grow: bool) -> _Layout:
+        """grow: an empty hole's reach takes in the nearest non-blank line on each side."""
+        old_lines = before.split("\n")
+        b = tuple(_lines(before, *h.before) for h in holes)
+        # The line where a hole's text ends is the same line in both texts, whatever the fill holds.
+        shifts = tuple(after.count("\n", 0, h.after[1]) - before.count("\n", 0, h.before[1]) for h in holes)
+        reach = tuple(
+            _grown(old_lines, lines) if grow and h.before[0] == h.before[1] else lines for h, lines in zip(holes, b)
+        )
+        return cls(b, tuple(_lines(after, *h.after) for h in holes), shifts, reach)
 
     def to_after(self, line: int) -> int:
-        """Where a `before` line is in `after`; a line inside the edit goes to its first line."""
-        if line <= self.prefix:
-            return line
-        if line >= self.before_below:
-            return line + self.after_below - self.before_below
-        return self.prefix + 1
+        """Where a line of `before` is in `after`; a line of a hole goes to the hole's first line."""
+        shift = 0
+        for (b0, b1), (a0, _), below in zip(self.before, self.after, self.shifts):
+            if line < b0:
+                break
+            if line <= b1:
+                return a0
+            shift = below
+        return line + shift
 
-    def before_key(self, line: int) -> int | str:
-        inside = self.prefix < line < self.before_below
-        return EDITED if inside else self.to_after(line)
+    def user(self, problems: list[Problem]) -> list[Problem]:
+        """The problems of `before` that are the user's: they start outside every reach."""
+        return [p for p in problems if not any(r0 <= p.line <= r1 for r0, r1 in self.reach)]
 
-    def after_key(self, line: int) -> int | str:
-        inside = self.prefix < line < self.after_below
-        return EDITED if inside else line
+    def near_fill(self, line: int) -> bool:
+        """Whether a line of `after` is on a fill or in an empty hole's reach."""
+        for (r0, r1), (a0, a1) in zip(self.reach, self.after):
+            if min(self.to_after(r0), a0) <= line <= max(self.to_after(r1), a1):
+                return True
+        return False
 
 
-def _common_prefix(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+def _lines(text: str, start: int, end: int) -> Lines:
+    """Lines holding text[start:end]; an empty run is on the line where it stands."""
+    first = text.count("\n", 0, start) + 1
+    return first, first + text.count("\n", start, max(start, end - 1))
+
+
+def _grown(lines: list[str], hole: Lines) -> Lines:
+    """`hole` with the nearest non-blank line above and below it (1-based, in `lines`)."""
+    above = next((n for n in range(hole[0] - 1, 0, -1) if lines[n - 1].strip()), hole[0])
+    below = next((n for n in range(hole[1] + 1, len(lines) + 1) if lines[n - 1].strip()), hole[1])
+    return above, below
 
 
 Found = tuple[int, list[Problem]]  # (new errors, the problems that locate them)
 
 
-def _new_by_count(old: list[Problem], new: list[Problem], edit: _Edit) -> Found:
-    count = max(0, len(new) - len(old))
-    return count, (_unpaired(old, new, edit) if count else [])
-
-
-def _unpaired(old: list[Problem], new: list[Problem], edit: _Edit) -> list[Problem]:
-    """The `new` problems left after pairing each with an `old` one of the same line key."""
-    unused = Counter(edit.before_key(p.line) for p in old)
+def _new_unpaired(old: list[Problem], new: list[Problem], layout: _Layout) -> Found:
+    """The `new` problems left after pairing each with a user's error moved to its line."""
+    unused = Counter(layout.to_after(p.line) for p in layout.user(old))
     left = []
     for p in new:
-        key = edit.after_key(p.line)
-        if unused[key] > 0:
-            unused[key] -= 1
+        if unused[p.line] > 0:
+            unused[p.line] -= 1
         else:
             left.append(p)
-    return left
+    return len(left), left
 
 
-def _new_if_above(old: list[Problem], new: list[Problem], edit: _Edit) -> Found:
+def _new_if_first(old: list[Problem], new: list[Problem], layout: _Layout) -> Found:
     first = new[0]
-    if old and edit.to_after(old[0].line) <= first.line:
-        return 0, []
-    return 1, [first]
+    if layout.near_fill(first.line) or not old or first.line < layout.to_after(old[0].line):
+        return 1, [first]
+    return 0, []
 
 
 # How each checker's new errors are found (breakage docstring).
-NEW_IN_POOL: dict[str, Callable[[list[Problem], list[Problem], _Edit], Found]] = {
-    TREE_SITTER: _new_by_count,
-    COMPILE: _new_if_above,
+NEW_IN_POOL: dict[str, Callable[[list[Problem], list[Problem], _Layout], Found]] = {
+    TREE_SITTER: _new_unpaired,
+    COMPILE: _new_if_first,
 }
 
 
-def _meets(problem: Problem, span: tuple[int, int]) -> bool:
-    return problem.line <= span[1] and problem.end_line >= span[0]
+def _place(problem: Problem, filled: Sequence[Lines]) -> tuple[int, bool]:
+    """(line, on a filled line): the first filled line a problem covers, else its own first line."""
+    for first, last in filled:
+        if problem.line <= last and problem.end_line >= first:
+            return max(problem.line, first), True
+    return problem.line, False

@@ -170,7 +170,7 @@ def test_last_line_is_in_range():
 
 def test_line_span_keeps_its_last_newline_out_of_the_hole():
     plan = plan_infill(SOURCE, Chars(), MASK, (3, 4), None, 1000)
-    assert plan.holes == (Hole(11, 34, 23),)
+    assert plan.holes == (Hole(11, 34, 23, user_text=True),)
     assert original(plan) == ["def f(x):\n    y = x + 1"]
     assert SOURCE[34] == "\n"
 
@@ -210,12 +210,12 @@ def test_default_length_is_the_span_token_count(bpe):
 
 def test_empty_line_span_gets_one_token():
     plan = plan_infill(SOURCE, Chars(), MASK, (2, 2), None, 1000)
-    assert plan.holes == (Hole(10, 10, 1),)
+    assert plan.holes == (Hole(10, 10, 1, user_text=True),)
 
 
 def test_given_length_sizes_the_span():
     plan = plan_infill(SOURCE, Chars(), MASK, (3, 3), 40, 1000)
-    assert plan.holes == (Hole(11, 20, 40),)
+    assert plan.holes == (Hole(11, 20, 40, user_text=True),)
     assert plan.canvas.n_holes == 40
 
 
