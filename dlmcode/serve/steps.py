@@ -3,7 +3,10 @@
 - `Remember` wraps `predict` and keeps the last logits, so a stop can commit without a call.
 - `bounded` follows a Step stream and ends it early, with one extra Step that commits every
   hole left, when (a) the fill has ended: an end token (pad, end-of-text) is committed and
-  every hole before it is too, so what follows would be cut anyway; (b) the time budget
+  every hole before it is too, so what follows would be cut anyway, or the last call
+  proposed an end token at every hole left (end tokens are committed last, so the
+  content before them is done: without this a one-block decode would spend a call per
+  pad); (b) the time budget
   (`t_max_predict_ms`) has run out: the holes left get the last call's argmax; (c) the client
   has gone (`Cancelled`).
 Decoders never know: they see `predict` and are simply not asked for more steps.
@@ -67,6 +70,10 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             bounds.reason = ENDED
             yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long))
             return
+        if only_ends(remember.logits, step.canvas, bounds.end_ids):
+            bounds.reason = ENDED
+            yield commit_rest(step, best(remember.logits, step.canvas))
+            return
         if bounds.deadline is not None and time.perf_counter() > bounds.deadline and remember.logits is not None:
             bounds.reason = TIME
             yield commit_rest(step, best(remember.logits, step.canvas))
@@ -85,6 +92,14 @@ def ended(canvas: Canvas, region: range, end_ids: tuple[int, ...]) -> int | None
     if bool((tokens[:first] == canvas.mask_id).any()):
         return None
     return int(tokens[first])
+
+
+def only_ends(logits: Tensor | None, canvas: Canvas, end_ids: tuple[int, ...]) -> bool:
+    """Whether the last call proposed an end token at every hole left: the model has finished the fill."""
+    if logits is None or not end_ids:
+        return False
+    proposed = best(logits, canvas)  # (h,)
+    return bool(torch.isin(proposed, torch.tensor(end_ids, dtype=proposed.dtype)).all())
 
 
 def best(logits: Tensor, canvas: Canvas) -> Tensor:

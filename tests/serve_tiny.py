@@ -1,0 +1,58 @@
+"""A scripted tiny dLLM for the server tests: it always fills the hole with a given text.
+
+Char-level tokenizer (id = code point + 4, ASCII only). `predict` proposes, at the k-th
+position after the prefix, the k-th character of `script` (then pad), with confidence
+falling in k, so any confidence-ordered decoder commits left to right. `delay` seconds per
+call make a slow model for time-limit, queue and cancellation tests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from dlmcode.models.base import Dlm
+
+PAD, MASK, BOS, EOS = 0, 1, 2, 3
+VOCAB = 4 + 128
+
+
+class CharTokenizer:
+    def encode(self, text: str) -> list[int]:
+        return [4 + min(ord(c), 127) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i - 4) for i in ids if i >= 4)
+
+
+class Script:
+    """predict for a canvas BOS + prefix + holes + suffix + EOS: the holes get `script`, then pads."""
+
+    def __init__(self, prefix: str, script: str, delay: float = 0.0) -> None:
+        self.start = 1 + len(prefix)  # first hole position (BOS at 0)
+        self.ids = CharTokenizer().encode(script)
+        self.delay = delay
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        with self.lock:
+            self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        logits = torch.zeros(len(tokens), VOCAB)  # (L, V)
+        for pos in range(len(tokens)):
+            k = pos - self.start
+            token = self.ids[k] if 0 <= k < len(self.ids) else PAD
+            logits[pos, token] = 10.0 - 0.05 * max(k, 0)  # later positions less sure: committed later
+        return logits
+
+
+def tiny_dlm(prefix: str, script: str, delay: float = 0.0, context: int = 256) -> tuple[Dlm, Script]:
+    predict = Script(prefix, script, delay)
+    dlm = Dlm(name="tiny", family="tiny", tokenizer=CharTokenizer(), mask_id=MASK, eos_id=EOS, pad_id=PAD, context=context,
+              predict=predict, device=torch.device("cpu"), dtype=torch.float32,
+              special_ids=frozenset({PAD, MASK, BOS, EOS}), bos_id=BOS)
+    return dlm, predict
