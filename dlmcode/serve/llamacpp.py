@@ -74,7 +74,7 @@ def completion(data: Mapping[str, Any]) -> Fill:
 
 
 def n_cmpl(data: Mapping[str, Any]) -> int:
-    n = body.integer(data, "n_cmpl", 1) or 1
+    n = body.integer(data, "n_cmpl", 1)
     if not 1 <= n <= MAX_CMPL:
         raise BadRequest(f"n_cmpl {n}: give 1 to {MAX_CMPL}")
     return n

@@ -59,7 +59,7 @@ def completion(data: Mapping[str, Any]) -> Fill:
 
 
 def count(data: Mapping[str, Any]) -> int:
-    n = body.integer(data, "n", 1) or 1
+    n = body.integer(data, "n", 1)
     if not 1 <= n <= MAX_N:
         raise BadRequest(f"n {n}: give 1 to {MAX_N}")
     return n

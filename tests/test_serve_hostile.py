@@ -1,0 +1,135 @@
+"""dlmcode serve against hostile requests: each is a one-line 4xx in its protocol's shape, and the server keeps serving."""
+
+from __future__ import annotations
+
+import pytest
+from serve_tiny import tiny_dlm
+from starlette.testclient import TestClient
+
+from dlmcode.serve import body as bodies
+from dlmcode.serve import warning
+from dlmcode.serve.app import make_app
+from dlmcode.serve.engine import Engine
+
+PREFIX, SUFFIX, SCRIPT = "x = ", "\n", "41 + 1"
+
+
+@pytest.fixture(scope="module")
+def c() -> TestClient:
+    dlm, _ = tiny_dlm(PREFIX, SCRIPT)
+    return TestClient(make_app(Engine(dlm, lang="python")))
+
+
+def message(path: str, r) -> str:
+    data = r.json()
+    return data["error"] if path.startswith("/api/") else data["error"]["message"]
+
+
+def still_serving(c: TestClient) -> None:
+    got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16})
+    assert got.status_code == 200 and got.json()["content"] == SCRIPT
+
+
+RAW = [
+    (b"{bad", "not valid JSON"),
+    (b"", "the body is empty"),
+    (b"[1, 2]", "must be a JSON object, not an array"),
+    (b'"text"', "must be a JSON object, not a string"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"n_predict": NaN}', "not valid JSON"),
+    (b'{"n_predict": Infinity}', "not valid JSON"),
+    (b'{"n_predict": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    (b'{"input_prefix": "\xff\xfe"}', "not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("path", ["/infill", "/completion", "/v1/completions", "/api/generate"])
+@pytest.mark.parametrize(("raw", "says"), RAW)
+def test_malformed_bodies(c, path, raw, says):
+    r = c.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    text = message(path, r)
+    assert says in text and "\n" not in text
+    still_serving(c)
+
+
+WRONG_TYPES = [
+    ("/infill", {"input_prefix": 5}, "input_prefix must be a string, not a number"),
+    ("/infill", {"input_prefix": "x", "n_predict": "128"}, "n_predict must be an integer, not a string"),
+    ("/infill", {"input_prefix": "x", "n_predict": True}, "n_predict must be an integer, not a boolean"),
+    ("/infill", {"input_prefix": "x", "n_predict": 12.5}, "n_predict must be an integer"),
+    ("/infill", {"input_prefix": "x", "n_predict": -5}, "n_predict -5"),
+    ("/infill", {"input_prefix": "x", "n_predict": 100_000}, "past the model's context (256 tokens)"),
+    ("/infill", {"input_prefix": "x", "n_predict": 2**62}, "out of range"),
+    ("/infill", {"input_prefix": "x", "stream": "yes"}, "stream must be true or false"),
+    ("/infill", {"input_prefix": "x", "input_extra": "file"}, "input_extra must be a list"),
+    ("/infill", {"input_prefix": "x", "input_extra": [{"text": 3}]}, "text must be a string"),
+    ("/infill", {"input_prefix": "x", "stop": [1]}, "stop must be a string or a list of strings"),
+    ("/infill", {"input_prefix": "x", "t_max_predict_ms": -1}, "t_max_predict_ms -1"),
+    ("/infill", {"input_prefix": "x", "temperature": -0.5}, "temperature -0.5 must be >= 0"),
+    ("/infill", {"input_prefix": "x", "options": [1]}, "options must be an object"),
+    ("/infill", {"input_prefix": "x", "n_cmpl": 50}, "n_cmpl 50"),
+    ("/infill", {"input_prefix": "x", "response_fields": "content"}, "response_fields must be a list"),
+    ("/completion", {"prompt": [1, 2, 3]}, "prompt must be a string"),
+    ("/v1/completions", {"prompt": {"a": 1}}, "prompt must be a string"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 1e9}, "past the model's context"),
+    ("/v1/completions", {"prompt": "x", "n": 0}, "n 0"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 5}, "not supported"),
+    ("/api/generate", {"prompt": "x", "options": {"num_predict": "lots"}}, "num_predict must be an integer"),
+    ("/api/generate", {"prompt": "x", "options": "fast"}, "options must be an object"),
+    ("/api/generate", {"prompt": 7}, "prompt must be a string"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "says"), WRONG_TYPES)
+def test_wrong_types_and_values(c, path, body, says):
+    r = c.post(path, json=body)
+    assert r.status_code == 400, r.text
+    assert says in message(path, r)
+    still_serving(c)
+
+
+def test_unknown_routes_and_methods_in_each_shape(c):
+    assert c.get("/nowhere").json()["error"]["message"] == "no route GET /nowhere"
+    assert c.get("/v1/chat").json()["error"]["code"] == "not_found"
+    assert c.get("/api/pull").json() == {"error": "no route GET /api/pull"}
+    r = c.get("/infill")
+    assert r.status_code == 405 and r.json()["error"]["message"] == "GET is not allowed on /infill"
+    still_serving(c)
+
+
+def test_oversized_bodies_are_413_declared_or_not(c):
+    big = b'{"input_prefix": "' + b"a" * (bodies.MAX_BODY + 10) + b'"}'
+    r = c.post("/infill", content=big)
+    assert r.status_code == 413 and "more than the server takes" in r.json()["error"]["message"]
+
+    def chunks():  # no Content-Length: the limit is enforced while reading
+        for _ in range(bodies.MAX_BODY // 65536 + 2):
+            yield b" " * 65536
+
+    r = c.post("/v1/completions", content=chunks())
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    r = c.post("/api/generate", content=b"{}", headers={"content-length": str(10**12)})
+    assert r.status_code in (400, 413)  # a lying length: refused by the server or by us, never read
+    still_serving(c)
+
+
+def test_header_games(c):
+    r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16},
+               headers={"content-type": "text/plain", "authorization": "Bearer whatever"})
+    assert r.status_code == 200  # no key configured: a stray key is ignored; the content type is not trusted anyway
+    still_serving(c)
+
+
+def test_mask_text_in_the_code_is_not_a_hole():
+    dlm, _ = tiny_dlm("", "1")
+    c = TestClient(make_app(Engine(dlm)))
+    r = c.post("/infill", json={"input_prefix": "s = '[MASK]'\n", "input_suffix": "", "n_predict": 4})
+    assert r.status_code == 200  # the char tokenizer never produces the mask id from text
+
+
+def test_warning_beyond_localhost_without_a_key():
+    assert warning("127.0.0.1", None) is None
+    assert warning("0.0.0.0", "k") is None
+    line = warning("0.0.0.0", None)
+    assert line is not None and "without --api-key" in line and "\n" not in line
