@@ -414,6 +414,7 @@ def bench(
     timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run", callback=finite)] = 10.0,
     cpu: Annotated[int, typer.Option(help="CPU seconds per test run")] = 5,
     memory: Annotated[int, typer.Option(help="MiB of memory per test run")] = 1024,
+    unsafe_no_sandbox: Annotated[bool, typer.Option("--unsafe-no-sandbox", help="run generated code without OS isolation (only limits and an audit hook) where the sandbox cannot be built; only on a machine you can throw away")] = False,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -429,7 +430,7 @@ def bench(
         with starting(quiet):
             from . import view
             from .bench import live, runner
-        limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory}
+        limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory, "isolated": not unsafe_no_sandbox}
         run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size)
         quiet = quiet or not run.ranks.lead
         dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet, offline)

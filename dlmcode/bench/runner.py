@@ -204,7 +204,7 @@ def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limi
     mode = MODES[task.mode]
     output = mode.output(task, result)
     breakage = mode.breakage(task, result, output)
-    outcome = sandbox.run(task.program(output), limits) if task.test else None
+    outcome = sandbox.run(task.code(output), task.test, task.entry_point, limits) if task.test else None
     return Sample(
         task=task.task_id, decoder=config.name, settings=config.settings, seed=seed, output=output,
         passed=outcome.passed if outcome else None,
@@ -363,6 +363,8 @@ class BenchRun:
         from . import suites
 
         self.suite = suites.load(self.suite_name, self.limit, dlm.tokenizer)
+        if self.suite.has_tests and self.limits.isolated:
+            sandbox.require()  # refuse now, in one line, rather than at the first test
         if not self.suite.tasks:
             raise InputError(f"suite {self.suite_name!r} has no tasks: nothing to run")
         if any(t.mode == "generate" for t in self.suite.tasks) and self.length >= dlm.context:

@@ -1,84 +1,75 @@
-"""Running generated code: one fresh `python -I` process per test, fenced in.
+"""Running generated code against its test: two jailed processes, a verdict the code cannot forge.
 
-The fences: a wall-clock timeout (the whole process group is killed), RLIMIT_CPU,
-RLIMIT_AS (memory), RLIMIT_FSIZE (output), no core dumps, a fresh temporary working
-directory (also HOME and TMPDIR) that is deleted afterwards, a scrubbed environment, stdin
-closed, and an audit hook (PEP 578) that refuses to open, list or change paths outside
-that directory and the Python installation, and refuses subprocesses, sockets and ctypes.
-An infinite loop, a crash or a memory bomb ends as a failed Outcome, never an exception
-here. This keeps honest mistakes of generated code away from the user's files; it is not
-a security boundary against code written to escape (use a container for that).
+`run(program, test, entry_point)` starts two processes of harness.py (see its docstring):
+the sample runs the program, the judge runs the test's check() with proxies that call the
+sample's functions over pipes and get back plain data only. The sample passes only when
+the judge reports that check() returned, on a pipe that only the judge and this process
+hold. An exit status, anything printed, or an object with a rigged __eq__ counts for nothing.
+
+Isolation (the rules; README's "Sandbox" paragraph says the same to users): each process
+jails itself before any untrusted code runs, in Linux namespaces set up through ctypes
+(user, mount, network, PID, IPC, UTS, cgroup): nobody (65534) when dlmcode runs as root;
+no network; a read-only root holding only the system folders and the Python installation,
+with a size-capped, writable /tmp that disappears with it; a PID namespace whose init
+takes every process left behind with it; a scrubbed environment; no capabilities and
+no_new_privs; limits on wall-clock time, CPU seconds, memory, file size and process
+count; and an audit hook as a second layer. Where the jail cannot be built (probed once
+per process), `run` refuses with one line saying why (`SandboxUnavailable`), unless the
+limits say `isolated=False` (the CLI's --unsafe-no-sandbox): then the same two processes
+run with the limits and the audit hook only, which does not stop code written to escape.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import functools
+import marshal
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-PROGRAM = "program.py"
-STDERR_TAIL = 400  # characters of the program's stderr kept in Outcome.detail
+from ..errors import DlmcodeError
+from . import harness
 
-# Runs in the child before the program: limits, then the audit hook, then the program.
-LAUNCHER = r"""
-import os, resource, sys, sysconfig
-memory, cpu, fsize = (int(v) for v in sys.argv[1:4])
-resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-home = (os.path.realpath(os.getcwd()),)
-python = (sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values())
-reads = home + tuple({os.path.realpath(p) for p in python if p})
-DENIED = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-          "pty.spawn", "socket.", "ctypes.", "os.kill", "os.chdir", "os.symlink", "os.link", "os.chmod",
-          "os.chown", "shutil.")
-LOOKS = {"os.listdir", "os.scandir"}
-CHANGES = {"os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.truncate", "os.utime"}
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+GRACE = 1.0  # seconds a failed run's sample gets to end by itself, so that we can say how it ended
+REPORT_BYTES = 1 << 16  # the most we read of a report pipe
+PROBE_TIMEOUT = 20.0  # seconds the one-time check of the jail may take
+UNSAFE_OPTION = "--unsafe-no-sandbox"
+# What each harness process runs: our compiled harness module and its header, read from stdin.
+BOOT = "import marshal,sys\ncode,header=marshal.loads(sys.stdin.buffer.read())\nspace={'__name__':'harness'}\nexec(code,space)\nspace['main'](header)"
 
-def inside(path, roots):
-    if isinstance(path, int):
-        return True
-    path = os.path.realpath(os.fsdecode(path) or ".")
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
-def writes(args):
-    mode, flags = (list(args[1:3]) + [None, None])[:2]
-    return bool(set(mode or "") & set("wax+")) or bool((flags or 0) & WRITE_FLAGS)
+class SandboxUnavailable(DlmcodeError):
+    """Generated code cannot be isolated on this machine (and the user did not opt out)."""
 
-def hook(event, args):
-    if event.startswith(DENIED):
-        raise PermissionError(f"sandbox: {event} is not allowed")
-    roots = home if event in CHANGES or (event == "open" and writes(args)) else reads
-    if (event == "open" or event in LOOKS or event in CHANGES) and args and not inside(args[0], roots):
-        raise PermissionError(f"sandbox: {event} {args[0]!r} is outside the sandbox")
 
-code = compile(open(%(program)r, encoding="utf-8").read(), %(program)r, "exec")
-sys.argv = [%(program)r]
-sys.addaudithook(hook)
-exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
-""" % {"program": PROGRAM}
+class SandboxError(DlmcodeError):
+    """The jail failed to build for one run although the probe had built it."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    """How far one test may go."""
+    """How far one test run may go, and whether it is isolated."""
 
-    timeout: float = 10.0  # wall-clock seconds before the process group is killed
-    cpu: int = 5  # CPU seconds (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)
-    memory_mb: int = 1024  # address space in MiB (RLIMIT_AS): allocations past it raise MemoryError
-    output_mb: int = 4  # largest file (stdout/stderr included) the program may write (RLIMIT_FSIZE)
+    timeout: float = 10.0  # wall-clock seconds before both processes are killed
+    cpu: int = 5  # CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)
+    memory_mb: int = 1024  # address space in MiB per process (RLIMIT_AS): allocations past it raise MemoryError
+    output_mb: int = 4  # largest file (stdout/stderr included) a process may write (RLIMIT_FSIZE)
+    scratch_mb: int = 64  # size of the writable /tmp inside the jail
+    processes: int = 64  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace)
+    isolated: bool = True  # False: no jail, only limits and the audit hook (--unsafe-no-sandbox)
 
     def __post_init__(self) -> None:
-        for name in ("timeout", "cpu", "memory_mb", "output_mb"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"sandbox {name} must be positive, got {getattr(self, name)}")
+        for f in fields(self):
+            if f.name != "isolated" and getattr(self, f.name) <= 0:
+                raise ValueError(f"sandbox {f.name} must be positive, got {getattr(self, f.name)}")
 
 
 @dataclass(frozen=True)
@@ -86,78 +77,250 @@ class Outcome:
     """How a test run ended."""
 
     status: str  # passed, failed, timeout, cpu-limit, memory, output-limit, killed
-    returncode: int | None  # None when it was killed on the timeout
+    returncode: int | None  # the sample's exit status (-N: signal N); None when it did not end by itself
     seconds: float
-    detail: str  # the end of its stderr (the assertion or exception), or why it was stopped
+    detail: str  # why the judge failed it (the assertion or exception), or why it was stopped
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
 
-def run(program: str, limits: Limits = Limits()) -> Outcome:
-    """Run `program` (Python source) in a fresh sandboxed process; exit status 0 means passed."""
+def run(program: str, test: str, entry_point: str, limits: Limits = Limits(), audit: bool = True) -> Outcome:
+    """Judge `program` (the code, without its test) by `test`'s check(entry_point).
+
+    `audit=False` leaves out the in-process audit hook, so that tests can show what the jail
+    alone holds.
+    """
+    if limits.isolated:
+        require()
     with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
-        Path(home, PROGRAM).write_text(program, encoding="utf-8")
         start = time.perf_counter()
-        returncode = _spawn(Path(home), limits)
+        judge, sample = _Pair(Path(home), program, test, entry_point, limits, audit).wait(start + limits.timeout)
         seconds = time.perf_counter() - start
-        stderr = _tail(Path(home, "stderr"))
-    return Outcome(_status(returncode, stderr), returncode, seconds, stderr or _why(returncode))
+    return _outcome(judge, sample, seconds)
 
 
-def _spawn(home: Path, limits: Limits) -> int | None:
-    limits_args = [str(limits.memory_mb << 20), str(limits.cpu), str(limits.output_mb << 20)]
-    with open(home / "stdout", "wb") as out, open(home / "stderr", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-c", LAUNCHER, *limits_args],
-            cwd=home, env=scrubbed_env(home), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True,  # its own process group: the timeout kills any children too
-        )
+# ---------------------------------------------------------------- isolation: available or refused
+
+
+def require() -> None:
+    """Refuse (one line: why, and how to opt out) where the jail cannot be built."""
+    reason = unavailable()
+    if reason:
+        raise SandboxUnavailable(f"cannot isolate generated code on this machine: {reason}; to run it anyway "
+                                 f"without isolation, only on a machine you can throw away, pass {UNSAFE_OPTION}")  # fmt: skip
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why the jail cannot be built here, or None when it can (tried once per process)."""
+    if sys.platform != "linux":
+        return f"it needs Linux namespaces ({sys.platform} has none)"
+    if os.uname().machine not in harness.PIVOT_ROOT:
+        return f"dlmcode does not know pivot_root's system call number on {os.uname().machine}"
+    with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
+        proc, report_r = _spawn(Path(home), "probe", {}, Limits(), audit=False)
+        lines, _ = _read_report(report_r, time.perf_counter() + PROBE_TIMEOUT, stop=lambda line: "verdict" in line)
+        _kill(proc)
+    for line in lines:
+        if "error" in line:
+            return f"the jail could not be built ({line['error']})"
+        if "verdict" in line:
+            return None if line["verdict"] == "passed" else f"the jail leaks ({line.get('detail')})"
+    return "the jail did not start"
+
+
+# ---------------------------------------------------------------- one run: the judge and the sample
+
+
+class _Pair:
+    """The judge and the sample of one run, joined by two pipes; this process keeps the report pipes."""
+
+    def __init__(self, home: Path, program: str, test: str, entry_point: str, limits: Limits, audit: bool):
+        calls_r, calls_w = os.pipe()
+        answers_r, answers_w = os.pipe()
+        names = sorted(free_names(test) | {entry_point})
+        judged = {"code": test, "entry": entry_point, "names": names}
         try:
-            return proc.wait(timeout=limits.timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return None
+            self.judge, self.judge_report = _spawn(home, "judge", {"calls": calls_w, "answers": answers_r}, limits, audit, judged)
+            self.sample, self.sample_report = _spawn(home, "sample", {"calls": calls_r, "answers": answers_w}, limits, audit,
+                                                     {"code": program})  # fmt: skip
+        finally:
+            for fd in (calls_r, calls_w, answers_r, answers_w):
+                os.close(fd)
+
+    def wait(self, deadline: float) -> tuple[list[dict], list[dict]]:
+        """The judge's report lines, then the sample's (read until it ends, or GRACE, on a failure)."""
+        try:
+            judge, _ = _read_report(self.judge_report, deadline, stop=lambda line: line.get("verdict") == "passed")
+            passed = any(line.get("verdict") == "passed" for line in judge)
+            sample_by = deadline if not passed else time.perf_counter()
+            sample, _ = _read_report(self.sample_report, min(sample_by, time.perf_counter() + GRACE))
+        finally:
+            _kill(self.judge)
+            _kill(self.sample)
+        return judge, sample
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bool,
+           extra: dict | None = None) -> tuple[subprocess.Popen, int]:  # fmt: skip
+    """Start one harness process; returns it and the read end of its report pipe."""
+    report_r, report_w = os.pipe()
+    fds = {**fds, "report": report_w}
+    folder = home / role
+    folder.mkdir()
+    header = {"role": role, "fds": fds, "audit": audit, "python": python_folders(everything=True), **(extra or {}),
+              "limits": {"cpu": limits.cpu, "memory": limits.memory_mb << 20, "fsize": limits.output_mb << 20,
+                         "nproc": limits.processes},
+              "jail": _jail_spec(limits) if limits.isolated else None}  # fmt: skip
+    try:
+        with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
+            proc = subprocess.Popen(
+                [interpreter(), "-I", "-S", "-B", "-c", BOOT], stdin=subprocess.PIPE, stdout=out,
+                stderr=err, pass_fds=tuple(fds.values()), cwd=folder, env=scrubbed_env(folder, limits.isolated),
+                start_new_session=True,  # its own process group, killed as one; no signal of ours reaches it
+            )  # fmt: skip
+    finally:
+        os.close(report_w)
+    try:
+        proc.stdin.write(marshal.dumps((harness_code(), header)))
+        proc.stdin.close()
+    except OSError:
+        pass  # it died before reading: its report says nothing, which reads as a failure
+    return proc, report_r
+
+
+def _jail_spec(limits: Limits) -> dict:
+    return {"uid": harness.NOBODY, "gid": harness.NOBODY, "python": python_folders(), "scratch_mb": limits.scratch_mb}
+
+
+def _read_report(fd: int, deadline: float, stop=lambda line: False) -> tuple[list[dict], bool]:
+    """The messages (dicts) of a report pipe until end of file (True), `stop` or the deadline (False); closes it."""
+    data, ended = b"", False
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while len(data) < REPORT_BYTES:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not sel.select(left):
+                break
+            chunk = os.read(fd, REPORT_BYTES)
+            if not chunk:
+                ended = True
+                break
+            data += chunk
+            if any(stop(line) for line in _lines(data)):
+                break
+    os.close(fd)
+    return _lines(data), ended
+
+
+def _lines(data: bytes) -> list[dict]:
+    return [line for line in harness.frames(data) if type(line) is dict]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill a harness process's group; in a jail its PID namespace goes with it (its init dies too)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
 
 
-def scrubbed_env(home: Path) -> dict[str, str]:
+# ---------------------------------------------------------------- the verdict
+
+
+CPU_SIGNALS = {signal.SIGXCPU, signal.SIGKILL}  # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one
+
+
+def _outcome(judge: list[dict], sample: list[dict], seconds: float) -> Outcome:
+    for line in judge + sample:
+        if "error" in line:
+            raise SandboxError(f"the sandbox could not start a test run: {line['error']}")
+    verdict = next((line for line in judge if "verdict" in line), None)
+    ended = _end(sample)
+    if verdict and verdict["verdict"] == "passed":
+        return Outcome("passed", ended, seconds, "")
+    if verdict is None and _end(judge) is None:
+        return Outcome("timeout", ended, seconds, "stopped at the wall-clock timeout")
+    detail = str(verdict.get("detail", "")) if verdict else _why(_end(judge))
+    return Outcome(_status(detail, ended, _end(judge)), ended, seconds, detail)
+
+
+def _end(lines: list[dict]) -> int | None:
+    """A process's worker's exit status (-N: killed by signal N), from its reaper; None if unknown."""
+    for line in lines:
+        if "end" in line:
+            return -int(line["code"]) if line["end"] == "signal" else int(line["code"])
+    return None
+
+
+def _status(detail: str, sample: int | None, judge: int | None) -> str:
+    for code in (sample, judge):
+        if code is not None and code < 0:
+            return "cpu-limit" if -code in CPU_SIGNALS else "output-limit" if -code == signal.SIGXFSZ else "killed"
+    if "MemoryError" in detail:
+        return "memory"
+    if "File too large" in detail:
+        return "output-limit"
+    return "failed"
+
+
+def _why(code: int | None) -> str:
+    if code is None:
+        return "the judge ended without a verdict"
+    if code < 0:
+        return f"the judge was killed by {signal.Signals(-code).name}"
+    return f"the judge ended with exit status {code} and no verdict"
+
+
+# ---------------------------------------------------------------- what the processes are given
+
+
+@functools.cache
+def harness_code():
+    """harness.py compiled once: a start then costs no compile (marshal is safe here: we wrote it)."""
+    return compile(Path(harness.__file__).read_text(encoding="utf-8"), harness.__file__, "exec")
+
+
+@functools.cache
+def interpreter() -> str:
+    """The real Python binary (a virtualenv's python is a link): jailed, it finds only its own stdlib."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+@functools.cache
+def python_folders(everything: bool = False) -> list[str]:
+    """The folders of the Python installation (stdlib, binary); without `everything`, those outside the
+    system folders (the jail binds those anyway)."""
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(interpreter()))}
+    system = tuple(s + "/" for s in harness.SYSTEM)
+    return sorted(p for p in found if everything or not (p + "/").startswith(system))
+
+
+def scrubbed_env(home: Path, isolated: bool) -> dict[str, str]:
     """Nothing of the user's environment: no tokens, no proxies, no PYTHONPATH."""
-    return {"PATH": os.defpath, "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+    folder = "/tmp" if isolated else str(home)
+    return {"PATH": os.defpath, "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
             "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _tail(path: Path) -> str:
-    text = path.read_bytes()[-4 * STDERR_TAIL :].decode("utf-8", "replace").strip()
-    return text[-STDERR_TAIL:]
-
-
-SIGNALS = {-signal.SIGXCPU: "cpu-limit", -signal.SIGKILL: "cpu-limit", -signal.SIGXFSZ: "output-limit"}
-
-
-def _status(returncode: int | None, stderr: str) -> str:
-    if returncode is None:
-        return "timeout"
-    if returncode == 0:
-        return "passed"
-    if returncode in SIGNALS:
-        return SIGNALS[returncode]
-    if returncode < 0:
-        return "killed"
-    return "memory" if "MemoryError" in stderr else "failed"
-
-
-def _why(returncode: int | None) -> str:
-    if returncode is None:
-        return "stopped at the wall-clock timeout"
-    if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}"
-    return f"exit status {returncode}"
+@functools.lru_cache(maxsize=1024)
+def free_names(test: str) -> frozenset[str]:
+    """Names the test reads but neither binds nor gets from builtins: the program's (HumanEval/32's poly)."""
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return frozenset()
+    loads, bound = set(), set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return frozenset(loads - bound)

@@ -65,8 +65,12 @@ class Task:
         return self.prompt + (self.canonical or "") + self.suffix
 
     def program(self, middle: str) -> str:
-        """The file the sandbox runs, as the official harnesses build it."""
-        return f"{self.prompt}{middle}{self.suffix}\n{self.test}\ncheck({self.entry_point})\n"
+        """The file the official harnesses run (code, test and check call in one process)."""
+        return f"{self.code(middle)}\n{self.test}\ncheck({self.entry_point})\n"
+
+    def code(self, middle: str) -> str:
+        """The code with `middle` in the hole, without the test: what dlmcode's sandbox runs apart from it."""
+        return f"{self.prompt}{middle}{self.suffix}"
 
 
 @dataclass(frozen=True)
