@@ -30,7 +30,7 @@ TASKS = [
     {"task_id": "t/dict", "prompt": "x = [1, 2, 3]\n", "canonical_solution": "y = {'a': 1}", "suffix": "\nz = (x, y)\n"},
     {"task_id": "t/loop", "prompt": "for i in range(10):\n", "canonical_solution": "    print(i)", "suffix": "\n"},
 ]  # fmt: skip
-SUMMARY_FIELDS = {"n", "pass_at_1", "exact_match", "syntax_valid", "tpf", "calls", "tokens_per_s", "seconds"}
+SUMMARY_FIELDS = {"n", "pass_at_1", "exact_match", "syntax_valid", "trivial", "tpf", "calls", "reopened", "tokens_per_s", "seconds"}
 SAMPLE_FIELDS = {"task", "decoder", "settings", "output", "passed", "breakage", "calls", "tpf", "seconds"}
 
 
@@ -158,14 +158,15 @@ def sample(**kw):
 
 def test_metrics_are_exact_on_hand_made_samples():
     found = [
-        sample(passed=True, exact=True, calls=4, filled=8, tokens=8, seconds=1.0),
-        sample(passed=False, exact=False, breakage={"broken": True}, calls=2, filled=2, tokens=1, seconds=0.5),
-        sample(passed=True, exact=False, breakage=None, calls=6, filled=6, tokens=6, seconds=0.5),
+        sample(passed=True, exact=True, calls=4, filled=8, tokens=8, seconds=1.0, trivial=False, reopened=3),
+        sample(passed=False, exact=False, breakage={"broken": True}, calls=2, filled=2, tokens=1, seconds=0.5, trivial=True),
+        sample(passed=True, exact=False, breakage=None, calls=6, filled=6, tokens=6, seconds=0.5, reopened=2),
         sample(passed=False, exact=False, breakage=None, calls=0, filled=0, tokens=0, seconds=0.0, error="too long"),
     ]
     row = metrics.tally(found)
     assert row == {"n": 4, "errors": 1, "pass_at_1": 0.5, "exact_match": 0.25, "syntax_valid": 0.5, "breakage_rate": 0.5,
-                   "tpf": round(16 / 12, 4), "calls": 4.0, "tokens_per_s": 7.5, "seconds": round(2 / 3, 4)}  # fmt: skip
+                   "trivial": 0.5, "tpf": round(16 / 12, 4), "calls": 4.0, "reopened": 5, "tokens_per_s": 7.5,
+                   "seconds": round(2 / 3, 4)}  # fmt: skip
     assert metrics.tally([sample()])["pass_at_1"] is None and metrics.tally([])["tpf"] is None
     assert metrics.exact_match("  return a + b\n", "return a + b") and not metrics.exact_match("a+b", "a + b")
 

@@ -16,8 +16,8 @@ from tiny import tiny_builtin
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nx = [1, 2, 3]\n"
-ROW_FIELDS = {"decoder", "settings", "n", "errors", "breakage_rate", "syntax_valid", "exact_match", "tpf", "calls",
-              "tokens_per_s", "seconds", "runs"}  # fmt: skip
+ROW_FIELDS = {"decoder", "settings", "n", "errors", "breakage_rate", "syntax_valid", "exact_match", "trivial", "tpf", "calls",
+              "reopened", "tokens_per_s", "seconds", "runs"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,19 @@ def test_compare_json_fields_and_sampling_note(model, source):
     for row in found["decoders"]:
         assert ROW_FIELDS <= set(row) and row["n"] == 2 and row["settings"]["temperature"] == 1.0
         assert [r["seed"] for r in row["runs"]] == [0, 1]
-        assert all(r["breakage"] is not None and r["exact"] in (True, False) for r in row["runs"])
+        assert all(r["breakage"] is not None and r["exact"] in (True, False) and r["trivial"] in (True, False) for r in row["runs"])
+        assert row["trivial"] == sum(r["trivial"] for r in row["runs"]) / 2 and row["reopened"] == 0
         assert row["exact_match"] == sum(r["exact"] for r in row["runs"]) / 2
     assert "temperature 1.0" in result.stderr and "threshold" in result.stderr and "breakage" in result.stderr
+
+
+def test_a_remasking_decoder_reports_what_it_reopened(model, source):
+    result = run(source, "--span", "2", "-m", model, "-d", "wino", "-o", "tau_wide=0.0", "-o", "tau_narrow=1.0", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["decoders"][0]
+    taken = [r["reopened"] for r in row["runs"]]
+    assert row["reopened"] == sum(taken) and taken[0] > 0  # tau_narrow=1: every committed token falls below it
+    assert row["tpf"] == round(row["runs"][0]["filled"] / row["runs"][0]["calls"], 4)  # TPF: holes over calls, reopening or not
 
 
 def test_one_sample_keeps_the_decoders_temperature_and_is_reproducible(model, source):

@@ -6,6 +6,9 @@ Samples into the summary row of that setting. Definitions (docs/field.md C):
 - exact_match: the fill equals the canonical middle after stripping surrounding whitespace
   (docs/field.md E);
 - syntax_valid: share of checked samples with no new syntax error (1 - breakage rate);
+- trivial: share of classified samples whose fill is only whitespace, comments and do-nothing
+  tokens (dlmcode/trivial.py: `pass`, `...`, `;`, `{}`), the cheap way to stay syntax-valid;
+- reopened: tokens the decoders took back in all (remasking decoders; TPF still counts holes);
 - tpf: holes filled / model calls, over all decoded samples (a ratio of totals);
 - calls, seconds: means per decoded sample; tokens_per_s: completion tokens / decode
   seconds, where completion tokens leave out the prompt, end-of-text and padding.
@@ -41,6 +44,8 @@ class Sample:
     seconds: float  # decode time
     status: str | None = None  # the sandbox's verdict (passed, failed, timeout, ...)
     error: str | None = None  # why the task could not be decoded
+    trivial: bool | None = None  # the fill only whitespace, comments, pass/...; None: not classified
+    reopened: int = 0  # committed tokens the decoder took back
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -80,6 +85,9 @@ class Tally:
     exact: int = 0
     checked: int = 0
     valid: int = 0
+    classified: int = 0
+    trivial: int = 0
+    reopened: int = 0
     decoded: int = 0
     calls: int = 0
     filled: int = 0
@@ -95,6 +103,9 @@ class Tally:
         self.exact += bool(s.exact)
         self.checked += s.syntax_valid is not None
         self.valid += bool(s.syntax_valid)
+        self.classified += s.trivial is not None
+        self.trivial += bool(s.trivial)
+        self.reopened += s.reopened
         if s.error is None:
             self.decoded += 1
             self.calls += s.calls
@@ -111,8 +122,10 @@ class Tally:
             "exact_match": _ratio(self.exact, self.compared),
             "syntax_valid": _ratio(self.valid, self.checked),
             "breakage_rate": _ratio(self.checked - self.valid, self.checked),
+            "trivial": _ratio(self.trivial, self.classified),
             "tpf": _ratio(self.filled, self.calls),
             "calls": _ratio(self.calls, self.decoded),
+            "reopened": self.reopened,
             "tokens_per_s": _ratio(self.tokens, self.seconds, 1),
             "seconds": _ratio(self.seconds, self.decoded),
         }

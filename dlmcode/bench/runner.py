@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .. import decoders, fill, spans, syntax
+from .. import decoders, fill, spans, syntax, trivial
 from ..assistant import attach
 from ..decoders.base import Decoder
 from ..errors import DlmcodeError, InputError, UsageError
@@ -212,6 +212,7 @@ def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limi
         breakage=breakage.to_dict() if breakage else None,
         calls=result.calls, filled=result.filled, tokens=completion_tokens(result.ids, dlm),
         tpf=round(result.tpf, 4), seconds=round(result.seconds, 4), status=outcome.status if outcome else None,
+        trivial=trivial.is_trivial(output, task.lang), reopened=result.reopened,
     )  # fmt: skip
 
 
@@ -265,14 +266,16 @@ def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, 
     job = fill.prepare_infill(source, span, dlm=dlm, decoder=config.decoder, length=length, seed=seed, lang=lang,
                               cache=config.cache.mode, cache_refresh=config.cache.refresh)
     result = job.run()
-    output, exact = result.text, None
+    output, exact, plain = result.text, None, None
     if span is not None:
         a, b = spans.line_span(source, span)
         output = result.text[a : len(result.text) - (len(source) - b)]
         exact = exact_match(output, source[a:b])
+        plain = trivial.is_trivial(output, job.lang) if job.lang else None  # markers: several fills, not classified
     return Sample(name, config.name, config.settings, seed, output, None, exact,
                   result.breakage.to_dict() if result.breakage else None, result.calls, result.filled,
-                  completion_tokens(result.ids, dlm), round(result.tpf, 4), round(result.seconds, 4))
+                  completion_tokens(result.ids, dlm), round(result.tpf, 4), round(result.seconds, 4),
+                  trivial=plain, reopened=result.reopened)  # fmt: skip
 
 
 # ---------------------------------------------------------------- ranks
@@ -490,4 +493,5 @@ def compare_summary(found: list[Sample], configs: list[Config], meta: dict) -> d
 
 def _run(s: Sample) -> dict:
     return {"seed": s.seed, "output": s.output, "exact": s.exact, "breakage": s.breakage, "calls": s.calls,
-            "filled": s.filled, "tokens": s.tokens, "tpf": s.tpf, "seconds": s.seconds}
+            "filled": s.filled, "tokens": s.tokens, "tpf": s.tpf, "seconds": s.seconds, "trivial": s.trivial,
+            "reopened": s.reopened}
