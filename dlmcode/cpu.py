@@ -6,19 +6,24 @@ one thread (issue 13; `python -m dlmcode.bench.threads` measures it). The CLI ow
 process, so it sets torch's threads once, before loading a model; the library never does.
 
 DLMCODE_THREADS=N sets the count; OMP_NUM_THREADS (which torch reads itself) is respected
-when set; otherwise DEFAULT_THREADS.
+when set; otherwise the cores the last minute's load average leaves free, at least 1 and at
+most torch's own default. Measured on 2 shared cores (README "Threads"): torch's 2 threads
+took 11.2 s (other jobs running) and 46.8 s (2 busy loops added) for an infill that 1 thread
+did in 1.7 s and 6.3 s. Running one thread short of free cores costs far less than
+oversubscribing them, so the load is rounded up.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 ENV = "DLMCODE_THREADS"
-DEFAULT_THREADS = 1  # measured choice: see README "Threads"; `python -m dlmcode.bench.threads` re-measures
 
 
-def threads_wanted(env: dict[str, str] | None = None) -> int | None:
-    """Threads to set: DLMCODE_THREADS, else DEFAULT_THREADS unless OMP_NUM_THREADS is set (None: leave torch's)."""
+def threads_wanted(env: dict[str, str] | None = None, cores: int | None = None, load: float | None = None,
+                   torch_default: int | None = None) -> int | None:
+    """Threads to set: DLMCODE_THREADS, else free_cores() unless OMP_NUM_THREADS is set (None: leave torch's)."""
     from .errors import UsageError
 
     env = os.environ if env is None else env
@@ -29,7 +34,26 @@ def threads_wanted(env: dict[str, str] | None = None) -> int | None:
         return int(raw)
     if env.get("OMP_NUM_THREADS", "").strip():
         return None
-    return min(DEFAULT_THREADS, os.cpu_count() or 1)
+    return free_cores(cores or os.cpu_count() or 1, load_average() if load is None else load, torch_default or default_threads())
+
+
+def free_cores(cores: int, load: float, most: int) -> int:
+    """Cores not taken by other work (the load rounded up), at least 1, at most `most`."""
+    return max(1, min(most, cores - math.ceil(load)))
+
+
+def load_average() -> float:
+    """The last minute's run-queue average; 0 where the platform has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def default_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def configure_threads() -> int:
