@@ -18,8 +18,14 @@ cross-entropy over the masked tokens of each sequence, averaged over sequences. 
 its expectation t n: the same weighting of noise levels, lower variance (our choice).
 
 Schedule: linear warm-up, then warmup-stable-decay indexed by *training wall time*, so a run
-ends on time however contended the machine is. A copy of the checkpoint taken when the decay
-starts (stable.pt) lets a later session resume with a longer budget.
+ends on time however contended the machine is (or by step, with steps=N). A copy of the
+checkpoint taken when the decay starts (stable.pt) lets a later session resume with a longer budget.
+
+Data: this interpreter's stdlib (above), or with data=DIR a tokenized corpus from
+`python -m dlmcode.corpus tokenize` (permissively licensed PyPI releases + the stdlib; its
+tokenizer and validation split come with it). Batch k is drawn from an RNG seeded by (seed, k)
+alone, so a resumed run sees exactly the batches an uninterrupted one would (with steps=N the
+losses match to the bit), and workers=N processes can build batches ahead in any order.
 """
 
 from __future__ import annotations
@@ -58,15 +64,17 @@ class TrainConfig:
     out: str = "runs/builtin"  # run folder: tokenizer, checkpoints, log.jsonl, best/
     seed: int = 0  # seeds init, data order and masking
     minutes: float = 120.0  # training wall-time budget (the schedule is indexed by it)
-    max_steps: int = 0  # stop after this many steps as well (0: no step limit)
+    max_steps: int = 0  # stop after this many steps as well (0: no step limit; the schedule ignores it)
+    steps: int = 0  # index the lr schedule by steps, ending at this step (0: by wall time, `minutes`)
     stdlib: str = ""  # corpus root ("" = this interpreter's stdlib)
+    data: str = ""  # tokenized corpus folder (python -m dlmcode.corpus tokenize); overrides stdlib
     max_files: int = 0  # use only the first N train files (0 = all; for tests)
     vocab_size: int = 4096  # BPE vocabulary incl. 4 special tokens
-    dim: int = 256  # model width
-    n_layers: int = 6  # transformer blocks
-    n_heads: int = 4  # attention heads
+    dim: int = 320  # model width (v2: 11.1M params, 22.3 MB in bf16; v1 was dim=192 n_layers=6 n_heads=3 seq=256)
+    n_layers: int = 8  # transformer blocks
+    n_heads: int = 5  # attention heads (head dim 64)
     ffn_mult: int = 4  # MLP expansion
-    seq: int = 256  # training window in tokens (= the model's context)
+    seq: int = 512  # training window in tokens (= the model's context; 512 holds 30+ lines)
     batch: int = 16  # windows per step
     lr: float = 2e-3  # peak AdamW learning rate
     min_lr_frac: float = 0.05  # final lr as a fraction of peak
@@ -84,6 +92,7 @@ class TrainConfig:
     max_extra_pads: int = 32  # most [PAD]s added to one hole
     bf16: bool = True  # bf16 autocast (CPU with avx512_bf16, or CUDA)
     threads: int = 2  # torch CPU threads
+    workers: int = 0  # processes building batches ahead (0: in the training process; use several on an accelerator)
     ckpt_minutes: float = 5.0  # checkpoint (and held-out eval) every N minutes of training
     log_every: int = 20  # steps between progress records
     eval_windows: int = 64  # held-out windows in each evaluation
@@ -199,6 +208,11 @@ class Stream:
 def encode_stream(tokenizer: BuiltinTokenizer, texts: list[str], line_end: np.ndarray) -> Stream:
     encs = tokenizer.tok.encode_batch(texts, add_special_tokens=False)
     ids = np.concatenate([np.array([BOS] + e.ids + [EOS], dtype=np.int64) for e in encs])
+    return stream_of(ids, line_end)
+
+
+def stream_of(ids: np.ndarray, line_end: np.ndarray) -> Stream:
+    """A Stream over ready token ids (a tokenized corpus), its line starts found from the ids."""
     starts = np.flatnonzero((line_end[ids] > 0) | (ids == BOS)) + 1
     return Stream(ids, starts[starts < len(ids)])
 
@@ -206,8 +220,10 @@ def encode_stream(tokenizer: BuiltinTokenizer, texts: list[str], line_end: np.nd
 def window(stream: Stream, seq: int, rng: np.random.Generator) -> np.ndarray:
     """[BOS] then `seq - 1` tokens from a random line start: spans.py starts every canvas,
     windowed or not, with [BOS] and cuts windows at line starts."""
-    starts = stream.line_starts[(stream.line_starts >= 1) & (stream.line_starts <= len(stream.ids) - seq)]
-    s = int(starts[rng.integers(len(starts))]) - 1
+    # line_starts is sorted: the usable ones are one slice of it (no per-window copy of millions of starts)
+    lo = int(np.searchsorted(stream.line_starts, 1))
+    hi = int(np.searchsorted(stream.line_starts, len(stream.ids) - seq, side="right"))
+    s = int(stream.line_starts[lo + rng.integers(hi - lo)]) - 1
     x = stream.ids[s : s + seq].copy()
     x[0] = BOS  # at a file start x[0] already is [BOS]
     return x
@@ -281,6 +297,41 @@ def batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, rng: np.random
     return inp, tgt, msk  # (B, L) long, (B, L) long, (B, L) bool
 
 
+def step_batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, step: int):
+    """The batch of training step `step`: a function of (seed, step) alone, so resuming or
+    building it in another process gives the same tensors."""
+    return batch(stream, line_end, cfg, np.random.default_rng([cfg.seed, step]))
+
+
+_SHARED: tuple = ()  # (stream, line_end, cfg) for batch workers, inherited through fork
+
+
+def _worker_batch(step: int):
+    return step_batch(*_SHARED, step)
+
+
+def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) -> Iterator[tuple]:
+    """Batches for steps first, first+1, ...; with cfg.workers, built ahead by forked
+    processes (at most 4 per worker in flight)."""
+    if not cfg.workers:
+        step = first
+        while True:
+            yield step_batch(stream, line_end, cfg, step)
+            step += 1
+    import multiprocessing
+    from collections import deque
+
+    global _SHARED
+    _SHARED = (stream, line_end, cfg)  # fork shares the token stream copy-on-write
+    with multiprocessing.get_context("fork").Pool(cfg.workers) as pool:
+        ahead = deque(pool.apply_async(_worker_batch, (s,)) for s in range(first, first + 4 * cfg.workers))
+        step = first + len(ahead)
+        while True:
+            yield ahead.popleft().get()
+            ahead.append(pool.apply_async(_worker_batch, (step,)))
+            step += 1
+
+
 # ---------------------------------------------------------------- loss, schedule
 
 
@@ -299,11 +350,16 @@ def loss_fn(model: DlmcodeDiffusionLM, inp, tgt, msk, bucket: int = 256):
     return (ce * w).sum()
 
 
+def done_frac(cfg: TrainConfig, step: int, elapsed: float) -> float:
+    """How far through its schedule the run is: by steps when cfg.steps, else by wall time."""
+    return step / cfg.steps if cfg.steps else elapsed / (cfg.minutes * 60)
+
+
 def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
-    """Warm-up by steps, then warmup-stable-decay by training wall time."""
+    """Warm-up by steps, then warmup-stable-decay by training wall time (or by step)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    frac = elapsed / (cfg.minutes * 60)
+    frac = done_frac(cfg, step, elapsed)
     start = 1.0 - cfg.decay_frac
     if frac <= start:
         return cfg.lr
@@ -369,6 +425,8 @@ def evaluate(model, stream: Stream, line_end, cfg: TrainConfig, autocast) -> flo
 
 def prepare(cfg: TrainConfig, out: Path):
     """Corpus, tokenizer (trained once per run folder, then reused) and token streams."""
+    if cfg.data:
+        return prepare_data(cfg, out)
     files = corpus_files(stdlib_root(cfg))
     train_files, heldout_files = split(files)
     names = sorted(train_files)[: cfg.max_files or None]
@@ -387,9 +445,28 @@ def prepare(cfg: TrainConfig, out: Path):
     meta = {
         "files_train": len(names), "files_heldout": len(held_names),
         "tokens_train": int(len(train.ids)), "tokens_heldout": int(len(heldout.ids)),
-        "file_list_sha256": file_list_hash(files), "python": sys.version.split()[0],
+        "file_list_sha256": file_list_hash(files), "python": sys.version.split()[0], "source": "stdlib",
     }  # fmt: skip
     return tokenizer, line_end, train, heldout, meta
+
+
+def prepare_data(cfg: TrainConfig, out: Path):
+    """prepare() for a tokenized corpus folder: its tokenizer, train and validation streams."""
+    from .corpus import tokens
+
+    folder = Path(cfg.data)
+    info, train_ids, valid_ids = tokens.load(folder)
+    tokenizer = BuiltinTokenizer.from_file(folder / tokens.TOKENIZER)
+    if tokenizer.tok.get_vocab_size() != cfg.vocab_size:
+        raise UsageError(f"{folder}'s tokenizer has {tokenizer.tok.get_vocab_size()} tokens but vocab_size={cfg.vocab_size}")
+    tokenizer.save(out / "tokenizer.json")
+    line_end = line_end_table(tokenizer, cfg.vocab_size)
+    meta = {
+        "files_train": info["files_train"], "files_heldout": info["files_valid"],
+        "tokens_train": int(len(train_ids)), "tokens_heldout": int(len(valid_ids)),
+        "file_list_sha256": info["corpus_sha256"], "python": sys.version.split()[0], "source": "corpus",
+    }  # fmt: skip
+    return tokenizer, line_end, stream_of(train_ids, line_end), stream_of(valid_ids, line_end), meta
 
 
 def autocast_for(cfg: TrainConfig, device: torch.device):
@@ -408,6 +485,7 @@ def train(cfg: TrainConfig) -> Iterator[dict]:
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     tokenizer, line_end, stream, heldout, meta = prepare(cfg, out)
+    meta["device"] = torch.cuda.get_device_name(0) if device.type == "cuda" else f"CPU, {cfg.threads} threads"
     (out / "config.json").write_text(json.dumps({"train": asdict(cfg), "data": meta}, indent=2) + "\n")
     yield {"event": "data", **meta}
     model = DlmcodeDiffusionLM(model_config(cfg)).to(device)
@@ -425,12 +503,13 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
     autocast = lambda: autocast_for(cfg, device)  # noqa: E731
     budget = cfg.minutes * 60
     last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
-    while state["elapsed"] < budget and not (cfg.max_steps and state["step"] >= cfg.max_steps):
+    data = batches(stream, line_end, cfg, state["step"])
+    while running(cfg, state, budget):
         t0 = time.perf_counter()
         lr = lr_at(cfg, state["step"], state["elapsed"])
         for g in opt.param_groups:
             g["lr"] = lr
-        inp, tgt, msk = (x.to(device) for x in batch(stream, line_end, cfg, rng))
+        inp, tgt, msk = (x.to(device, non_blocking=True) for x in next(data))
         with autocast():
             loss = loss_fn(model, inp, tgt, msk)
         opt.zero_grad(set_to_none=True)
@@ -446,13 +525,20 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
             yield {"step": state["step"], "loss": window_loss / window_n, "tok_s": window_tok / (now - window_t),
                    "elapsed": state["elapsed"], "lr": lr, "tokens": state["tokens"], "budget": budget}  # fmt: skip
             window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
-        decaying = state["elapsed"] / budget > 1.0 - cfg.decay_frac
+        decaying = done_frac(cfg, state["step"], state["elapsed"]) > 1.0 - cfg.decay_frac
         due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
         if due or (decaying and not state["stable_saved"]):
             yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying)
             last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
+    data.close()  # stops batch workers
     yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
     yield {"event": "done", **state}
+
+
+def running(cfg: TrainConfig, state: dict, budget: float) -> bool:
+    """Within the wall-time budget, max_steps and (with a step schedule) its last step."""
+    stop_at = min(n for n in (cfg.max_steps, cfg.steps, math.inf) if n)
+    return state["elapsed"] < budget and state["step"] < stop_at
 
 
 def checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying) -> dict:
@@ -518,23 +604,28 @@ def model_card(run_dir: str | Path, evaluation: str = "", notes: str = "") -> st
     best = min(checks, key=lambda r: r["heldout_loss"])
     last = checks[-1]
     knobs = " ".join(f"{k}={v}" for k, v in cfg.items() if v != getattr(TrainConfig(), k))
+    if data.get("source") == "corpus":
+        corpus = (f"permissively licensed PyPI releases + CPython stdlib (`python -m dlmcode.corpus`, NOTICES.md): "
+                  f"{data['files_train']:,} train files ({data['tokens_train']:,} tokens), {data['files_heldout']:,} validation files")  # fmt: skip
+    else:
+        corpus = (f"CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), "
+                  f"{data['files_heldout']} held-out files (sha1(path) % 20 == 0)")  # fmt: skip
     return f"""# dlmcode built-in model
 
 A small masked-diffusion code model (MDLM/LLaDA objective with line/span holes and
-over-allocated [PAD] holes for `--length auto`), trained from scratch on CPU by `dlmcode.train`.
-Experimental: a tiny model trained for hours on 2 CPU cores; see the evaluation below.
+over-allocated [PAD] holes for `--length auto`), trained from scratch by `dlmcode.train`.
 
 | | |
 |---|---|
 | architecture | bidirectional pre-norm transformer, RoPE, RMSNorm, GELU MLP, tied embeddings, no biases |
 | size | d={cfg['dim']}, {cfg['n_layers']} layers, {cfg['n_heads']} heads, vocab {cfg['vocab_size']}, context {cfg['seq']} |
 | tokenizer | byte-level BPE, line-aligned pre-tokenizer, [PAD]=0 [MASK]=1 [BOS]=2 [EOS]=3 |
-| data | CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), {data['files_heldout']} held-out files (sha1(path) % 20 == 0) |
+| data | {corpus} |
 | file-list sha256 | `{data['file_list_sha256']}` |
 | command | `python -m dlmcode.train {knobs}` |
 | shipped checkpoint | step {best['step']}, best held-out loss {best['heldout_loss']:.4f} at {best['elapsed'] / 60:.1f} min of training |
 | run | {last['step']} steps, {last['step'] * cfg['batch'] * cfg['seq']:,} tokens, {last['elapsed'] / 60:.1f} min of training time |
-| hardware | 2-core AMD EPYC (avx512_bf16), no GPU, bf16 autocast, shared with other jobs |
+| hardware | {data.get('device', '2-core AMD EPYC (avx512_bf16), no GPU')}, bf16 autocast |
 
 ## Evaluation (held-out files, known span length)
 

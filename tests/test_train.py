@@ -112,3 +112,66 @@ def test_overrides_reject_unknown_keys():
     assert T.parse_overrides(["dim=64", "bf16=false", "lr=1e-3"]) == replace(T.TrainConfig(), dim=64, bf16=False, lr=1e-3)
     with pytest.raises(UsageError, match="nope"):
         T.parse_overrides(["nope=1"])
+
+
+def test_step_schedule():
+    cfg = T.TrainConfig(lr=1.0, warmup_steps=10, steps=100, decay_frac=0.5, min_lr_frac=0.1, minutes=1e-9)
+    assert T.lr_at(cfg, 20, 1e9) == 1.0  # wall time is ignored with steps=N
+    assert T.lr_at(cfg, 75, 0.0) == pytest.approx(0.55)
+    assert T.lr_at(cfg, 100, 0.0) == pytest.approx(0.1)
+    assert T.running(replace(cfg, minutes=1), {"step": 99, "elapsed": 0.0}, 60.0)
+    assert not T.running(replace(cfg, minutes=1), {"step": 100, "elapsed": 0.0}, 60.0)
+    assert not T.running(replace(cfg, max_steps=50, minutes=1), {"step": 50, "elapsed": 0.0}, 60.0)
+
+
+def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path):
+    cfg = micro(mini_stdlib, tmp_path, seed=3)
+    tok = T.train_tokenizer(list(T.corpus_files(mini_stdlib).values()), cfg.vocab_size)
+    line_end = T.line_end_table(tok, cfg.vocab_size)
+    stream = T.encode_stream(tok, list(T.corpus_files(mini_stdlib).values()), line_end)
+    inline = T.batches(stream, line_end, cfg, 5)
+    first = [next(inline) for _ in range(3)]
+    again = T.step_batch(stream, line_end, cfg, 6)
+    assert all(torch.equal(a, b) for a, b in zip(first[1], again))  # step 6 is the same batch however it is reached
+    assert not torch.equal(first[0][0], first[1][0])
+    forked = T.batches(stream, line_end, replace(cfg, workers=2), 5)
+    for expected in first:
+        got = next(forked)
+        assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    forked.close()
+
+
+def test_resume_is_exact(mini_stdlib, tmp_path):
+    """A run stopped at step 6 and resumed logs the very losses of one run straight to 12."""
+    kw = dict(steps=12, log_every=1, warmup_steps=3, seed=2)
+    straight = list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=12, **kw)))
+    list(T.train(micro(mini_stdlib, tmp_path / "b", max_steps=6, **kw)))
+    resumed = list(T.train(micro(mini_stdlib, tmp_path / "b", max_steps=12, **kw)))
+    losses = lambda records: {r["step"]: r["loss"] for r in records if "loss" in r}  # noqa: E731
+    assert next(r for r in resumed if r.get("event") == "resumed")["step"] == 6
+    assert sorted(losses(resumed)) == list(range(7, 13))
+    assert losses(resumed) == {k: v for k, v in losses(straight).items() if k > 6}
+
+
+def test_training_from_a_tokenized_corpus(tmp_path):
+    """data=DIR trains on `python -m dlmcode.corpus tokenize`'s folder, validation split kept apart."""
+    from dlmcode.corpus import build, tokens
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    files = [build.File("stdlib", "3", f"stdlib/{name}", (STDLIB / name).read_text(), "train") for name in FILES]
+    files += [build.File("pkg", "1", f"pkg/m{i}.py", f"def f{i}(x):\n    return x + {i}\n", "train") for i in range(1000)]
+    build.write_jsonl(corpus / "train.jsonl.gz", files)
+    last = list(tokens.tokenize(corpus, tmp_path / "tok", vocab_size=384))[-1]
+    valid = [f for f in files if tokens.is_valid(f.path)]
+    assert last["files_valid"] == len(valid) == 7  # pkg/m423.py, m722, m773, m800, m847, m872, m938
+    assert last["files_train"] + last["files_valid"] == len(files)
+    meta, train_ids, valid_ids = tokens.load(tmp_path / "tok")
+    assert len(train_ids) == meta["tokens_train"] and train_ids.max() < 384
+    assert (train_ids == T.BOS).sum() == last["files_train"] and (valid_ids == T.EOS).sum() == len(valid)
+    cfg = replace(micro(STDLIB, tmp_path / "run", max_steps=4), data=str(tmp_path / "tok"))
+    records = list(T.train(cfg))
+    assert records[0]["source"] == "corpus" and records[0]["tokens_train"] == len(train_ids)
+    assert records[-1]["event"] == "done" and records[-1]["step"] == 4
+    with pytest.raises(UsageError, match="384 tokens"):
+        list(T.train(replace(cfg, vocab_size=512, out=str(tmp_path / "run2"))))
