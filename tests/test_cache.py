@@ -234,6 +234,19 @@ def test_speed_bench_rows_ratios_and_targets(tiny_dlm):
     assert doc["decoder_settings"] == {"low-confidence": {"block": 4}, "threshold": {"block": 4}}
 
 
+def test_speed_times_the_remasking_and_early_commit_decoders(tiny_dlm):
+    from dlmcode.bench import speed
+
+    assert {"wino", "saber", "prophet", "dus"} <= set(speed.SpeedConfig().decoder_names)
+    assert [speed.options_for(n, 32) for n in ("wino", "saber", "prophet", "dus")] == [{"block": 32}] * 4
+    cfg = speed.SpeedConfig(lengths=(12,), gen=8, block=4, caches=(), names=("wino", "dus"))
+    rows = speed.run(tiny_dlm, cfg)
+    assert [r.decoder for r in rows] == ["low-confidence", "wino", "dus"]
+    assert rows[2].calls == 4 and rows[2].overhead_s >= 0  # dus: two blocks of 4 holes, log2 4 = 2 calls each
+    assert rows[1].calls <= 8 + rows[1].reopened  # every call commits a hole
+    assert "reopened" in speed.summary(rows, tiny_dlm, cfg)["rows"][1]
+
+
 def test_speed_gives_every_decoder_the_same_holes_per_call():
     from dlmcode.bench import speed
 

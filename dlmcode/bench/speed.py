@@ -30,6 +30,7 @@ import torch
 
 from .. import decoders
 from ..canvas import Canvas, Predict, last
+from ..fill import counting
 from ..errors import DlmcodeError, UsageError
 from ..models import cache as kvcache
 from ..models.base import Dlm
@@ -80,6 +81,7 @@ class Row:
     call_s: float  # median wall time of one predict call
     overhead_s: float  # per call: time outside predict (the decoder's own work)
     full_calls: int | None = None  # calls that ran every position (cached predicts only)
+    reopened: int = 0  # tokens the decoder took back (remasking decoders): each cost a commit again
     ratios: dict[str, float] = field(default_factory=dict)  # against the baseline at this prompt length
 
     @property
@@ -129,10 +131,12 @@ def canvas(dlm: Dlm, length: int, gen: int) -> Canvas:
 def options_for(name: str, block: int) -> dict[str, int]:
     """Settings that give `name` `block` holes to choose from per call, the rest at their defaults.
 
-    A block decoder gets block = `block`. codila's `block` is CoDiLA's B, the holes its assistant
-    decodes one after another, so it keeps the paper's B (4) and gets a window of block // B
-    candidate blocks: the same holes per call, decoded B steps deep (B = 32 would be 32
-    sequential assistant steps per call, a different decoder than the paper's).
+    A block decoder gets block = `block`: dus takes it as its B (committed in log2 B calls);
+    wino, saber and prophet commit in it, and wino and saber reopen only in it and the blocks
+    before. codila's `block` is CoDiLA's B, the holes its assistant decodes one after another,
+    so it keeps the paper's B (4) and gets a window of block // B candidate blocks: the same
+    holes per call, decoded B steps deep (B = 32 would be 32 sequential assistant steps per
+    call, a different decoder than the paper's).
     """
     cls = decoders.DECODERS[name]
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -152,8 +156,9 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
     """Decode `start` once with `decoder` behind a `mode` cache, timing every model call and the whole decode."""
     inner = kvcache.attach(dlm, mode, block=getattr(decoder, "block", 0)).predict
     timed = Timed(inner, dlm.device)
+    taken: list[int] = []
     began = time.perf_counter()
-    final = last(decoder(start, timed, torch.Generator().manual_seed(seed)))
+    final = last(counting(decoder(start, timed, torch.Generator().manual_seed(seed)), taken))
     seconds = time.perf_counter() - began
     return Row(
         prompt=prompt,
@@ -165,6 +170,7 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
         call_s=statistics.median(timed.times),
         overhead_s=(seconds - sum(timed.times)) / final.calls,
         full_calls=getattr(inner, "full_calls", None),
+        reopened=sum(taken),
     )
 
 

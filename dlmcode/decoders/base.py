@@ -216,11 +216,12 @@ def _window(canvas: Canvas, span: Tensor, logits: Tensor, temperature: float, rn
     device = rows.device
     holes = canvas.holes[span].to(device)  # (P,)
     ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), temperature, rng)  # (P,)
-    conf = sampling.confidence(rows, ids)  # (P,)
+    tokens = torch.where(holes, ids, canvas.tokens[span].to(device))  # (P,) a hole's mask id may lie outside the logits
+    logp = sampling.log_probs(rows)  # (P, V) once for both readings
+    conf = logp.gather(-1, ids[:, None]).squeeze(-1).exp()  # (P,)
     if canvas.late_ids:  # late ids are committed last: zero at holes only (a committed row's reading is a verdict, not an order)
         conf = conf.masked_fill(holes & torch.isin(ids, torch.tensor(canvas.late_ids, device=device)), 0.0)
-    tokens = torch.where(holes, ids, canvas.tokens[span].to(device))  # (P,) a hole's mask id may lie outside the logits
-    kept = sampling.confidence(rows, tokens).masked_fill(holes, 0.0)  # (P,)
+    kept = logp.gather(-1, tokens[:, None]).squeeze(-1).exp().masked_fill(holes, 0.0)  # (P,)
     return Window(rows, ids, conf, kept, holes, current.to(device), upto.to(device), block, calls, len(span), canvas.mask_id)
 
 
