@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import decoders, spans, syntax
+from . import decoders, oracle, spans, syntax
 from .assistant import attach
 from .canvas import Predict, Step, last
 from .decoders.base import Decoder
@@ -77,6 +77,11 @@ class Job:
     finish: Callable[[spans.Filled], str] | None = None  # a chat job: the code cut out of the reply, all of it the model's
     trim_at: int | None = None  # generate: the completion ends at the first end-of-text
     predict: Predict | None = None  # the model's predict with end-of-text policies applied
+
+    def __post_init__(self) -> None:
+        if oracle.wants(self.decoder):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
+            self.decoder = oracle.attach(self.decoder, self.plan, self.dlm.tokenizer, self.lang, self.before,
+                                         self.dlm.special_ids, self.trim_at)  # fmt: skip
 
     def steps(self) -> Iterator[Step]:
         rng = torch.Generator().manual_seed(self.seed)

@@ -25,6 +25,7 @@ from .mean_field import MeanField
 from .prophet import Prophet
 from .random import Random
 from .saber import Saber
+from .syntax_guard import SyntaxGuard
 from .threshold import Threshold
 from .wino import Wino
 
@@ -43,6 +44,7 @@ DECODERS: dict[str, type[Decoder]] = {
     "saber": Saber,
     "prophet": Prophet,
     "dus": Dus,
+    "syntax-guard": SyntaxGuard,
 }
 
 

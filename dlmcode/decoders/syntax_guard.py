@@ -1,0 +1,164 @@
+"""syntax-guard (ours): parallel commits that keep the file parseable, using the job's syntax oracle.
+
+Each call the model proposes a token for every hole (the draft). The oracle (dlmcode/oracle.py,
+handed over by the job: this module imports no parser) parses the file with the draft in place
+and names the span positions that lie in errors the user's code did not have. Then, in order:
+  reopen:  committed tokens whose positions have been in such an error for `patience` calls in a
+           row are turned back into holes, the least likely under the current logits first, at
+           most `reopen_per_call` a call and `reopen` x holes a decode;
+  commit:  the parallel rule (Fast-dLLM's factor bar 1 - f/(n+1), at least `floor` tokens) picks
+           among the proposals outside error regions; when every proposal is in one, the single
+           most confident is committed so that each call commits at least one token;
+  repair:  when the span is complete but still broken, the smallest new-error region (at most
+           `repair_size` tokens) is reopened and decoded again, at most `repairs` times.
+Without an oracle (the decoder called directly, as the contract tests do) nothing is flagged and
+it is the parallel rule alone. Every rule and default here is our choice; no paper has one.
+
+Budget: every call commits at least one hole, and at most reopen x n + repairs x min(n,
+repair_size) tokens are ever reopened, so `max_calls` bounds every decode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import sampling
+from ..canvas import Canvas, Predict, Step
+from .base import Decoder, blocks, check, setting
+
+EMPTY = torch.empty(0, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class SyntaxGuard(Decoder):
+    """ours: commit the parallel rule's proposals only outside syntax errors the draft introduces; reopen and repair broken regions."""
+
+    factor: float = setting(4.0, "parallel rule: commit the n most confident safe proposals while the n-th has conf >= 1 - f/(n+1)")
+    floor: int = setting(3, "parallel rule: commit at least this many of the most confident safe proposals per call")
+    patience: int = setting(2, "calls in a row a committed token must sit in a new error before it may be reopened")
+    reopen: float = setting(0.25, "tokens reopened for persisting errors, at most this share of the holes per decode")
+    reopen_per_call: int = setting(2, "tokens reopened for persisting errors, at most this many per call")
+    repairs: int = setting(2, "times a complete but broken span has its smallest new-error region reopened and decoded again")
+    repair_size: int = setting(16, "tokens a repair reopens at most (the first ones of the region)")
+    oracle: Any = field(default=None, repr=False, compare=False)  # set by the job (dlmcode.oracle.attach)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.factor > 0, "factor", self.factor, "must be > 0")
+        check(self.floor >= 1, "floor", self.floor, "must be >= 1")
+        check(self.patience >= 1, "patience", self.patience, "must be >= 1")
+        check(0 <= self.reopen <= 1, "reopen", self.reopen, "must be in [0, 1]")
+        check(self.reopen_per_call >= 1, "reopen_per_call", self.reopen_per_call, "must be >= 1")
+        check(self.repairs >= 0, "repairs", self.repairs, "must be >= 0")
+        check(self.repair_size >= 1, "repair_size", self.repair_size, "must be >= 1")
+
+    def reopen_budget(self, n_holes: int) -> int:
+        return math.floor(self.reopen * n_holes)
+
+    def max_calls(self, n_holes: int) -> int:
+        """Each call commits a hole; holes ever to commit: n, plus every token reopened (both budgets)."""
+        return n_holes + self.reopen_budget(n_holes) + self.repairs * min(n_holes, self.repair_size)
+
+    def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
+        run = Run(self, canvas, predict, rng)
+        for number, positions in enumerate(blocks(canvas, self.block)):
+            while bool(canvas.holes[positions].any()):
+                canvas = yield from run.step(canvas, positions, {"block": number})
+        if self.oracle is None:
+            return
+        span = canvas.writable.nonzero().squeeze(-1)  # (S,)
+        for repair in range(self.repairs):
+            region = self.broken_region(canvas)
+            if region is None:
+                return
+            canvas = canvas.reopen(region)
+            run.pending = region
+            while canvas.n_holes:
+                canvas = yield from run.step(canvas, span, {"block": -1, "repair": repair + 1})
+
+    def broken_region(self, canvas: Canvas) -> Tensor | None:
+        """The first `repair_size` positions of the smallest new-error region of a complete canvas; None when not broken."""
+        verdict = self.oracle(canvas.tokens)
+        if not verdict.broken or not verdict.regions:
+            return None
+        smallest = min(verdict.regions, key=len)  # (k,) span positions, sorted
+        return smallest[: self.repair_size].to(canvas.tokens.device)
+
+
+class Run:
+    """One decode's state: calls, step index, reopen budget and streaks, a repair's pending reopen."""
+
+    def __init__(self, decoder: SyntaxGuard, canvas: Canvas, predict: Predict, rng: torch.Generator) -> None:
+        self.decoder, self.predict, self.rng = decoder, predict, rng
+        self.calls = self.index = 0
+        self.budget = decoder.reopen_budget(canvas.n_holes)
+        self.streak = torch.zeros(len(canvas.tokens), dtype=torch.long)  # (L,) calls in a row a committed position was flagged
+        self.pending = EMPTY  # positions a repair reopened before the next call
+
+    def step(self, canvas: Canvas, positions: Tensor, info: dict) -> Iterator[Step]:
+        """One call: draft, ask the oracle, reopen persisting errors, commit safe proposals; returns the new canvas."""
+        d = self.decoder
+        logits = self.predict(canvas.tokens)  # (L, V)
+        self.calls += 1
+        device = canvas.tokens.device
+        holes = canvas.holes.nonzero().squeeze(-1)  # (H,) every hole: the draft covers the whole span
+        rows = logits[holes.to(logits.device)]  # (H, V)
+        ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), d.temperature, self.rng).to(device)  # (H,)
+        conf = sampling.confidence(rows, ids.to(rows.device), canvas.late_ids).to(device)  # (H,)
+        flagged = self.flags(canvas, holes, ids)  # (L,) bool
+        reopened = self.reopen_persisting(canvas, positions, flagged, logits)
+        canvas = canvas.reopen(reopened) if reopened.numel() else canvas
+        active = torch.isin(holes, positions.to(device))  # (H,) holes of the active block
+        chosen = choose(conf, active, active & ~flagged[holes], d.factor, d.floor)  # (k,) rows of `holes`
+        canvas = canvas.fill(holes[chosen], ids[chosen])
+        info = info | {"flagged": float(flagged.sum())}
+        all_reopened = torch.cat([self.pending.to(device), reopened])
+        yield Step(self.index, canvas, holes[chosen], conf[chosen], self.calls, info, all_reopened)
+        self.index += 1
+        self.pending = EMPTY
+        return canvas
+
+    def flags(self, canvas: Canvas, holes: Tensor, ids: Tensor) -> Tensor:
+        """(L,) bool: span positions the oracle puts in new errors of the draft (none without an oracle)."""
+        if self.decoder.oracle is None:
+            return torch.zeros(len(canvas.tokens), dtype=torch.bool, device=canvas.tokens.device)
+        draft = canvas.tokens.clone()
+        draft[holes] = ids
+        return self.decoder.oracle(draft).flagged.to(canvas.tokens.device)
+
+    def reopen_persisting(self, canvas: Canvas, positions: Tensor, flagged: Tensor, logits: Tensor) -> Tensor:
+        """Committed positions of the active block flagged `patience` calls in a row, least likely first, within budget."""
+        device = canvas.tokens.device
+        committed = canvas.writable & ~canvas.holes  # (L,)
+        committed[~torch.isin(torch.arange(len(committed), device=device), positions.to(device))] = False
+        self.streak = torch.where((flagged & committed).cpu(), self.streak + 1, 0)  # (L,)
+        limit = min(self.budget, self.decoder.reopen_per_call)
+        due = (committed.cpu() & (self.streak >= self.decoder.patience)).nonzero().squeeze(-1)  # (r,)
+        if limit <= 0 or due.numel() == 0:
+            return EMPTY.to(device)
+        probs = logits[due.to(logits.device)].float().softmax(-1)  # (r, V)
+        likely = probs.gather(1, canvas.tokens[due].to(logits.device).unsqueeze(1)).squeeze(1).cpu()  # (r,) p(committed token)
+        picked = due[likely.argsort()[:limit]].sort().values  # (k,)
+        self.budget -= picked.numel()
+        self.streak[picked] = 0
+        return picked.to(device)
+
+
+def choose(conf: Tensor, active: Tensor, safe: Tensor, factor: float, floor: int) -> Tensor:
+    """Rows to commit: the factor rule (at least `floor`) over safe rows; none safe: the most confident active row."""
+    if not bool(safe.any()):
+        rows = active.nonzero().squeeze(-1)  # (A,)
+        return rows[conf[rows].argmax()].view(1)
+    rows = safe.nonzero().squeeze(-1)  # (S,)
+    scores, order = conf[rows].sort(descending=True)  # (S,)
+    ranks = torch.arange(1, len(rows) + 1, device=conf.device, dtype=scores.dtype)
+    ok = scores >= 1 - factor / (ranks + 1)
+    ok[0] = True
+    n = max(int(ok.long().cumprod(0).sum()), min(floor, len(rows)))
+    return rows[order[:n]]
