@@ -1,55 +1,80 @@
-"""The sandbox: generated code that loops, crashes or eats memory fails its sample, never the bench.
+"""The sandbox: a pass cannot be faked, the jail holds, and hostile code never stops the bench.
 
-The infinite loop is tested once, inside a bench (it costs a second of CPU).
+Most programs here are hostile on purpose. A program that reports what it saw defines
+`seen()`, and the test's check() asserts on it: a run that passes proves both that the
+hostile code ran and that every attempt was stopped. The jail is tested with the audit hook
+off (audit=False), so what holds is the operating system's isolation, not the hook.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import socket
+import sys
+import sysconfig
+import threading
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 import torch
 
-from dlmcode.bench import runner, sandbox, suites
+from dlmcode.bench import harness, runner, sandbox, suites
+from dlmcode.bench.metrics import Sample
 from tiny import tiny_builtin
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-FAST = sandbox.Limits(timeout=5, cpu=1, memory_mb=256)
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the jail is built from Linux namespaces")
+
+FAST = sandbox.Limits(timeout=8, cpu=2, memory_mb=256)
+IMPOSSIBLE = "def check(candidate):\n    assert candidate(1) == 'never'\n"  # no honest f passes this
+SEEN = "def check(candidate):\n    assert candidate() == {expected!r}, candidate()\n"
 BOMB = "hog = []\nwhile True:\n    hog.append(bytearray(10**7))\n"
 
 
+def judged(program: str, test: str = IMPOSSIBLE, entry: str = "f", limits: sandbox.Limits = FAST, audit: bool = False):
+    return sandbox.run(program, test, entry, limits, audit=audit)
+
+
+def sees(program: str, expected, audit: bool = False) -> sandbox.Outcome:
+    """Run `program`, whose seen() must return `expected`; passes only if it does."""
+    return judged(program, SEEN.format(expected=expected), "seen", audit=audit)
+
+
+def test_the_jail_is_available_here():
+    assert sandbox.unavailable() is None  # this machine and CI have user namespaces: no silent fallback
+
+
+# ---------------------------------------------------------------- honest programs
+
+
 def test_a_passing_and_a_failing_program():
-    assert sandbox.run("assert sum([1, 2]) == 3\n", FAST).status == "passed"
-    failed = sandbox.run("assert 1 == 2, 'nope'\n", FAST)
-    assert failed.status == "failed" and not failed.passed and "AssertionError: nope" in failed.detail
+    test = "def check(candidate):\n    assert candidate(1, 2) == 3, 'nope'\n"
+    assert judged("def f(a, b):\n    return a + b\n", test).status == "passed"
+    failed = judged("def f(a, b):\n    return a - b\n", test)
+    assert (failed.status, failed.passed, failed.detail) == ("failed", False, "AssertionError: nope")
 
 
-def test_a_sleeping_loop_stops_at_the_wall_clock_timeout():
-    outcome = sandbox.run("import time\nwhile True:\n    time.sleep(0.1)\n", sandbox.Limits(timeout=0.5))
-    assert outcome.status == "timeout" and outcome.returncode is None and outcome.seconds < 3
+def test_plain_data_crosses_exactly_and_the_test_can_use_program_names():
+    program = ("import math\n"
+               "def helper(x):\n    return x * 2\n"
+               "def f(x):\n    return (x, [1.5, float('inf')], {'a': {1, 2}}, frozenset({3}), b'\\x00', None, True, 2**70, -0.0, 1j)\n")  # fmt: skip
+    test = ("def check(candidate):\n"
+            "    got = candidate(x=7)\n"
+            "    assert got == (7, [1.5, float('inf')], {'a': {1, 2}}, frozenset({3}), b'\\x00', None, True, 2**70, 0.0, 1j)\n"
+            "    assert type(got) is tuple and got[6] is True and math.copysign(1, got[8]) == -1.0\n"
+            "    assert helper(21) == 42 and math.isnan(candidate(float('nan'))[0])\n")  # fmt: skip
+    assert judged(program, test).passed
 
 
-def test_a_memory_bomb_stops_at_the_memory_limit():
-    outcome = sandbox.run(BOMB, FAST)
-    assert outcome.status == "memory" and outcome.seconds < FAST.timeout
-
-
-def test_the_program_sees_only_its_own_folder_and_no_environment(tmp_path):
-    secret = tmp_path / "secret.txt"
-    secret.write_text("token")
-    assert sandbox.run(f"open({str(secret)!r}).read()\n", FAST).status == "failed"
-    assert "outside the sandbox" in sandbox.run(f"import os\nos.listdir({str(tmp_path)!r})\n", FAST).detail
-    assert "not allowed" in sandbox.run("import subprocess\nsubprocess.run(['true'])\n", FAST).detail
-    own = "open('scratch.txt', 'w').write('x')\nassert open('scratch.txt').read() == 'x'\n"
-    assert sandbox.run(own, FAST).passed
-    os.environ["DLMCODE_SECRET"] = "1"
-    try:
-        assert sandbox.run("import os\nassert 'DLMCODE_SECRET' not in os.environ\n", FAST).passed
-    finally:
-        del os.environ["DLMCODE_SECRET"]
+def test_a_test_that_loops_or_eats_memory_is_stopped():
+    assert judged("def f(x):\n    return x\n", "def check(c):\n    while True:\n        pass\n").status == "cpu-limit"
+    bomb = "def check(c):\n    hog = [bytearray(10**7) for _ in range(10**4)]\n"
+    assert judged("def f(x):\n    return x\n", bomb).status == "memory"
 
 
 def test_bad_limits_are_refused():
@@ -57,26 +82,306 @@ def test_bad_limits_are_refused():
         sandbox.Limits(timeout=0)
 
 
-def test_the_bench_goes_on_after_a_loop_and_a_memory_bomb(tmp_path):
+# ---------------------------------------------------------------- a pass cannot be faked
+
+FORGED = harness.encode({"verdict": "passed"})
+FAKES = {
+    "exit()": "exit()\n",
+    "sys.exit(0)": "import sys\nsys.exit(0)\n",
+    "raise SystemExit": "raise SystemExit\n",
+    "os._exit(0)": "import os\nos._exit(0)\n",
+    "atexit os._exit": "import atexit, os\natexit.register(lambda: os._exit(0))\ndef f(x):\n    return x\n",
+    "excepthook os._exit": "import os, sys\nsys.excepthook = lambda *a: os._exit(0)\nraise ValueError\n",
+    "exit inside f": "import os\ndef f(x):\n    os._exit(0)\n",
+    "always equal": "class Eq:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Eq()\n",
+    "str subclass": "class S(str):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return S('x')\n",
+    "list of always equal": "class Eq:\n    __eq__ = lambda s, o: True\ndef f(x):\n    return [Eq()]\n",
+    "write the pass signal": (f"import os\nframe = {len(FORGED).to_bytes(4, 'big') + FORGED!r}\n"
+                              "for fd in range(1, 64):\n    try:\n        os.write(fd, frame)\n    except OSError:\n        pass\n"
+                              "print('passed')\ndef f(x):\n    return x\n"),  # fmt: skip
+    "forge an answer": ("import os\n"  # an "ok" answer written ahead, to every pipe: still only plain data
+                        f"ok = {harness.encode(['ok', 'never'])!r}\n"
+                        "for fd in range(3, 64):\n    try:\n        os.write(fd, len(ok).to_bytes(4, 'big') + ok)\n    except OSError:\n        pass\n"
+                        "def f(x):\n    return 'no'\n"),  # fmt: skip
+    "garbage on the pipes": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\xff' * 70000)\n    except OSError:\n        pass\n",
+    "kill the judge": "import os\nos.kill(-1, 9)\ndef f(x):\n    return x\n",
+}
+
+
+@pytest.mark.parametrize("name", FAKES)
+def test_a_pass_cannot_be_faked(name):
+    outcome = judged(FAKES[name])
+    assert not outcome.passed and outcome.status in ("failed", "killed"), (name, outcome)
+
+
+def test_the_audit_hook_cannot_be_switched_off_by_rebinding_names():
+    program = (
+        "import sys, builtins\n"
+        "frame = sys._getframe()\n"
+        "while frame is not None:\n"
+        "    g = frame.f_globals\n"
+        "    for name in list(g):\n"  # every name a fence could have lived in, in every module on the stack
+        "        if name in ('DENIED', 'WRITE_FLAGS', 'LOOKS', 'CHANGES') or 'hook' in name:\n"
+        "            g[name] = () if name.isupper() else (lambda *a, **k: None)\n"
+        "    frame = frame.f_back\n"
+        "import __main__\n__main__.__dict__.update(DENIED=(), hook=None)\n"
+        "builtins.PermissionError = type('Nothing', (Exception,), {})\n"
+        "result = []\n"
+        "try:\n    import socket\n    socket.socket()\n    result.append('socket')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
+        "try:\n    import gc\n    gc.get_objects()\n    result.append('gc')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
+        "def seen():\n    return result\n"
+    )  # fmt: skip
+    assert sees(program, ["PermissionError", "PermissionError"], audit=True).passed  # builtins' name rebound: still the real one
+
+
+# ---------------------------------------------------------------- the jail (audit hook off)
+
+
+def attempts(*lines: str) -> str:
+    """A program that tries each statement and records, for seen(), 'ok' or why not (errno name or exception)."""
+    body = "".join(f"try:\n    {line}\n    result.append('ok')\nexcept BaseException as e:\n    result.append(why(e))\n"
+                   for line in lines)  # fmt: skip
+    why = "def why(e):\n    return errno.errorcode.get(getattr(e, 'errno', None), type(e).__name__)\n"
+    return f"import errno, os, socket, subprocess\n{why}result = []\n{body}def seen():\n    return result\n"
+
+
+def test_writes_outside_the_temporary_folder_fail(tmp_path):
+    target = tmp_path / "outside.txt"
+    site = sysconfig.get_paths()["purelib"]  # where a planted .pth would run at the next `dlmcode`
+    program = attempts(
+        f"open({str(target)!r}, 'w').write('x')",
+        "open('../../../outside.txt', 'w').write('x')",
+        f"open({site + '/evil.pth'!r}, 'w').write('import os')",
+        f"os.close(os.open('evil.pth', os.O_CREAT | os.O_WRONLY, dir_fd=os.open({site!r}, os.O_RDONLY)))",
+        "os.close(os.open('evil.pth', os.O_CREAT | os.O_WRONLY, dir_fd=os.open('/usr', os.O_RDONLY)))",
+        f"os.symlink({str(tmp_path)!r}, 'link'); open('link/outside.txt', 'w').write('x')",
+        "open('/evil', 'w').write('x')",
+        "open('mine.txt', 'w').write('x'); assert open('mine.txt').read() == 'x'",  # its own folder: allowed
+    )  # fmt: skip
+    denied = ["ENOENT", "EROFS", "ENOENT", "ENOENT", "EROFS", "ENOENT", "EROFS", "ok"]  # not there, or read-only
+    outcome = sees(program, denied)
+    assert outcome.passed, outcome
+    assert list(tmp_path.iterdir()) == [] and not Path(site, "evil.pth").exists() and not Path("/usr/evil.pth").exists()
+
+
+def test_the_environment_and_files_of_the_bench_are_out_of_reach(monkeypatch, tmp_path):
+    monkeypatch.setenv("DLMCODE_SECRET", "hunter2-" + uuid.uuid4().hex)
+    (tmp_path / "secret.txt").write_text("token")
+    program = attempts(
+        "assert 'DLMCODE_SECRET' not in os.environ and 'hunter2' not in repr(dict(os.environ))",
+        "open('/proc/1/environ').read()",
+        f"open({str(tmp_path / 'secret.txt')!r}).read()",
+        "open('/etc/passwd').read()",
+        "os.listdir('/work')",
+    )
+    assert sees(program, ["ok", "ENOENT", "ENOENT", "ENOENT", "ENOENT"]).passed
+
+
+def test_no_network_even_to_a_port_on_this_machine():
+    received = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+
+        def accept():
+            try:
+                received.append(server.accept())
+            except OSError:
+                pass
+
+        listener = threading.Thread(target=accept)
+        listener.start()
+        program = attempts(f"socket.create_connection(('127.0.0.1', {port}), timeout=2)",
+                           "socket.create_connection(('1.1.1.1', 53), timeout=2)",
+                           "socket.getaddrinfo('pypi.org', 443)")  # fmt: skip
+        outcome = sees(program, ["ENETUNREACH", "ENETUNREACH", "gaierror"])
+        listener.join()
+    assert outcome.passed, outcome
+    assert received == []
+
+
+def test_a_subprocess_runs_as_nobody_without_privileges():
+    if os.geteuid() != 0:
+        pytest.skip("the uid rule is for a bench that runs as root")
+    program = ("import subprocess\n"
+               "out = subprocess.run(['sh', '-c', 'id -u; id -g; grep CapEff /proc/self/status || echo no-proc'],"
+               " capture_output=True, text=True).stdout.split()\n"
+               "def seen():\n    return out\n")  # fmt: skip
+    assert sees(program, ["65534", "65534", "no-proc"]).passed
+
+
+def alive(token: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if token in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(proc.name)
+        except OSError:
+            pass
+    return found
+
+
+def test_orphans_die_with_the_sample():
+    token = uuid.uuid4().hex
+    sleeper = f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])"
+    program = ("import os, sys, time\n"
+               f"if os.fork() == 0:\n    os.setsid()\n    {sleeper}\n"
+               f"if os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n        {sleeper}\n    os._exit(0)\n"
+               "time.sleep(0.5)\n"
+               "def f(x):\n    return x\n")  # fmt: skip
+    outcome = judged(program, "def check(c):\n    assert c(1) == 1\n")
+    assert outcome.passed, outcome  # the orphans were started and the program went on
+    deadline = time.time() + 5
+    while alive(token) and time.time() < deadline:
+        time.sleep(0.05)
+    assert alive(token) == []
+
+
+@pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.killpg(0, 9)", "os.kill(-1, 9)",
+                                  f"os.kill({os.getpid()}, 9)", f"os.killpg({os.getpgid(0)}, 9)"])  # fmt: skip
+def test_the_bench_cannot_be_killed(kill):
+    outcome = judged(f"import os\ntry:\n    {kill}\nexcept OSError:\n    pass\ndef f(x):\n    return x\n",
+                     "def check(c):\n    assert c(1) == 1\n")  # fmt: skip
+    assert os.getpid()  # we are still here
+    if kill.startswith("os.killpg(0"):  # its own group: the sample ends itself, nothing else
+        assert outcome.status in ("failed", "killed")
+    else:
+        assert outcome.passed, outcome  # nothing it could reach was killed, itself included
+
+
+def test_limits_end_hostile_samples_as_failures():
+    assert judged("while True:\n    pass\n").status == "cpu-limit"
+    assert judged(BOMB).status == "memory"
+    sleepy = judged("import time\nwhile True:\n    time.sleep(0.1)\n", limits=dataclasses.replace(FAST, timeout=1))
+    assert sleepy.status == "timeout" and sleepy.returncode is None and sleepy.seconds < 3
+    assert judged("import sys\nwhile True:\n    sys.stdout.write('x' * 10**6)\n").status == "output-limit"
+    start = time.perf_counter()
+    forks = judged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+                   limits=dataclasses.replace(FAST, timeout=1.5))  # fmt: skip
+    assert not forks.passed and time.perf_counter() - start < 5
+
+
+# ---------------------------------------------------------------- refusal and opt-out
+
+
+def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monkeypatch):
+    monkeypatch.setattr(sandbox, "unavailable", lambda: "no user namespaces")
+    with pytest.raises(sandbox.SandboxUnavailable) as refused:
+        judged("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n")
+    message = str(refused.value)
+    assert "\n" not in message and "no user namespaces" in message and "--unsafe-no-sandbox" in message
+    unsafe = dataclasses.replace(FAST, isolated=False)
+    assert judged("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n", limits=unsafe).passed
+    assert not judged(FAKES["os._exit(0)"], limits=unsafe).passed  # the verdict stays the judge's
+    denied = sandbox.run(attempts("socket.socket()"), SEEN.format(expected=["PermissionError"]), "seen", unsafe)
+    assert denied.passed  # unsafe keeps the audit hook
+
+
+# ---------------------------------------------------------------- the wire
+
+
+@pytest.mark.parametrize("value", [None, True, False, 0, -1, 2**100, -(2**70), 1.5, float("inf"), -0.0, 3j, "",
+                                   "é\ud800", b"\x00\xff", [], [1, [2, (3,)]], {"a": {1: frozenset({2})}}, {(1, 2): None},
+                                   set(), (None,)])  # fmt: skip
+def test_plain_values_cross_the_wire_exactly(value):
+    back = harness.decode(harness.encode(value))
+    assert back == value and type(back) is type(value) and repr(back) == repr(value)
+
+
+@pytest.mark.parametrize("value", [type("I", (int,), {})(1), type("S", (str,), {})("x"), object(), [1, object()], range(3), iter([]), bytearray(b"x")])  # fmt: skip
+def test_anything_but_exact_builtins_is_refused(value):
+    with pytest.raises(harness.WireError):
+        harness.encode(value)
+
+
+@pytest.mark.parametrize("data", [b"", b"Q\x00\x00\x00\x00", b"i\x00\x00\x00\x05\x01", b"l\xff\xff\xff\xff",
+                                  b"B\x00\x00\x00\x01x", b"N\x00\x00\x00\x01x", b"f\x00\x00\x00\x03xyz",
+                                  b"S\x00\x00\x00\x01l\x00\x00\x00\x00", b"d\x00\x00\x00\x01l\x00\x00\x00\x00N\x00\x00\x00\x00",
+                                  b"l\x00\x00\x00\x01" * 200 + b"N\x00\x00\x00\x00", harness.encode(1) + b"x",
+                                  b"s\x00\x00\x00\x02\xff\xfe"])  # fmt: skip
+def test_garbage_is_refused(data):
+    with pytest.raises(harness.WireError):
+        harness.decode(data)
+
+
+def test_free_names_are_what_the_test_takes_from_the_program():
+    test = "import math\nM = 1\ndef check(candidate):\n    x = poly([1], 2)\n    assert candidate(x) == helper(M) + len([])\n"
+    assert sandbox.free_names(test) == {"poly", "helper"}
+
+
+# ---------------------------------------------------------------- the bench
+
+
+@pytest.fixture(scope="module")
+def quiet_dlm(tmp_path_factory):
+    """The tiny model with every hole decoded as padding: the fill is empty, so each test runs as written."""
     from dlmcode.models import load
 
-    dlm = load(str(tiny_builtin(tmp_path / "model")))
+    dlm = load(str(tiny_builtin(tmp_path_factory.mktemp("model") / "model")))
     vocab = dlm.predict(torch.tensor([dlm.bos_id])).shape[-1]
 
-    def pad_only(tokens):  # every hole becomes padding: the fill is empty, so each test runs as written
+    def pad_only(tokens):
         logits = torch.zeros(len(tokens), vocab)  # (L, V)
         logits[:, dlm.pad_id] = 10.0
         return logits
 
-    quiet = dataclasses.replace(dlm, predict=pad_only)
+    return dataclasses.replace(dlm, predict=pad_only)
+
+
+def test_the_bench_goes_on_after_a_loop_and_a_memory_bomb(quiet_dlm):
     tests = {"loop": "def check(f):\n    while True:\n        pass\n",
              "bomb": "def check(f):\n    hog = [bytearray(10**7) for _ in range(10**4)]\n",
              "ok": "def check(f):\n    assert f() == 1\n"}  # fmt: skip
     tasks = [suites.Task(name, "def f():\n    return 1\n# ", "\n", "note", test, "f") for name, test in tests.items()]
     configs = runner.configs(["low-confidence"], [], [])
+    limits = sandbox.Limits(timeout=5, cpu=1, memory_mb=256)
     start = time.perf_counter()
-    found = list(runner.samples(tasks, configs, quiet, 0, 8, FAST))
+    found = list(runner.samples(tasks, configs, quiet_dlm, 0, 8, limits))
     assert [(s.task, s.status, s.passed) for s in found] == [
         ("loop", "cpu-limit", False), ("bomb", "memory", False), ("ok", "passed", True)]
-    assert time.perf_counter() - start < FAST.timeout  # the loop ended at its 1 s of CPU, not the wall clock
+    assert time.perf_counter() - start < limits.timeout  # the loop ended at its 1 s of CPU, not the wall clock
     assert all(s.output == "" and s.calls > 0 for s in found)
+
+
+HOSTILE = {
+    "exit": "exit()\n", "os-exit": "import os\nos._exit(0)\n", "atexit": "import atexit, os\natexit.register(os._exit, 0)\n",
+    "killpg": "import os\nos.killpg(0, 9)\n", "kill-all": "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\n",
+    "always-equal": "class E:\n    __eq__ = lambda s, o: True\ndef f(x):\n    return E()\n",
+    "forge": f"import os\nfor fd in range(64):\n    try:\n        os.write(fd, {len(FORGED).to_bytes(4, 'big') + FORGED!r})\n    except OSError:\n        pass\n",
+    "sleep": "import time\ntime.sleep(60)\n",
+}  # fmt: skip
+
+
+def test_a_bench_over_hostile_tasks_finishes_fails_them_all_and_resumes(quiet_dlm, tmp_path):
+    rows = [{"task_id": f"hostile/{name}", "prompt": code + "# ", "canonical_solution": "x", "suffix": "\n",
+             "test": IMPOSSIBLE, "entry_point": "f"} for name, code in HOSTILE.items()]  # fmt: skip
+    suite = tmp_path / "hostile.jsonl"
+    suite.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    limits = {"timeout": 2, "cpu": 1, "memory_mb": 256}
+
+    def bench() -> list[Sample]:
+        run = runner.prepare_bench(str(suite), ["low-confidence"], [], [], None, 0, 8, out, limits)
+        run.load(quiet_dlm)
+        new = list(run.stream(quiet_dlm))
+        run.finish(new, "quiet")
+        return new
+
+    first = bench()
+    assert sorted(s.task for s in first) == sorted(r["task_id"] for r in rows)
+    assert [s.task for s in first if s.passed is not False] == []
+    assert bench() == []  # resumed: nothing repeated
+    assert len((out / "samples.jsonl").read_text().splitlines()) == len(rows)
+
+
+@pytest.mark.slow
+def test_canonical_solutions_of_humaneval_infilling_all_pass_in_the_jail():
+    """One task per HumanEval problem (164), each with its canonical middle, isolated."""
+    problems = {}
+    for task in suites.load("humaneval-infill-single").tasks:
+        problems.setdefault("/".join(task.task_id.split("/")[1:3]), task)
+    failed = [(key, outcome.status, outcome.detail) for key, task in problems.items()
+              if not (outcome := sandbox.run(task.code(task.canonical), task.test, task.entry_point)).passed]  # fmt: skip
+    assert len(problems) == 164 and failed == []

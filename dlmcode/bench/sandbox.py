@@ -231,7 +231,6 @@ def _kill(proc: subprocess.Popen) -> None:
 # ---------------------------------------------------------------- the verdict
 
 
-CPU_SIGNALS = {signal.SIGXCPU, signal.SIGKILL}  # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one
 
 
 def _outcome(judge: list[dict], sample: list[dict], seconds: float) -> Outcome:
@@ -259,7 +258,7 @@ def _end(lines: list[dict]) -> int | None:
 def _status(detail: str, sample: int | None, judge: int | None) -> str:
     for code in (sample, judge):
         if code is not None and code < 0:
-            return "cpu-limit" if -code in CPU_SIGNALS else "output-limit" if -code == signal.SIGXFSZ else "killed"
+            return "cpu-limit" if -code == signal.SIGXCPU else "output-limit" if -code == signal.SIGXFSZ else "killed"
     if "MemoryError" in detail:
         return "memory"
     if "File too large" in detail:
