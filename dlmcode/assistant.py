@@ -386,8 +386,8 @@ def attach(decoder: Any, dlm: Any) -> Any:
     No assistant set: the shipped one for the built-in model, else a ModelError saying how to
     train one. A path (`-o assistant=DIR`) is loaded. Either way the tokenizer must match.
     """
-    if "assistant" not in {f.name for f in dataclasses.fields(decoder)}:
-        return decoder
+    if not dataclasses.is_dataclass(decoder) or "assistant" not in {f.name for f in dataclasses.fields(decoder)}:
+        return decoder  # a custom decoder (any object meeting the Decoder contract) passes through too
     assistant = decoder.assistant
     if assistant is None and dlm.family != "builtin":
         raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")

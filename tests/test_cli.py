@@ -88,10 +88,28 @@ def test_same_seed_same_output_different_seed_may_differ(model, source):
 
 
 def test_diff_shows_only_the_span(model, source):
+    whole = run("infill", source, "--span", "2", "-m", model, "-q").stdout
+    new_line = whole.splitlines(keepends=True)[1]
+    assert new_line != "    return a + b\n" and whole.splitlines(keepends=True)[2:] == SOURCE.splitlines(keepends=True)[2:]
     result = run("infill", source, "--span", "2", "-m", model, "--diff", "-q")
     assert result.exit_code == 0
-    assert result.stdout.startswith(f"--- a/{source}\n+++ b/{source}\n") or result.stdout == ""
-    assert "-    return a + b" in result.stdout or result.stdout == ""
+    assert result.stdout == (
+        f"--- a/{source}\n+++ b/{source}\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a + b\n+{new_line}"
+        " \n \n class Point:\n"
+    )
+
+
+def test_json_with_diff_keeps_the_diff(model, source):
+    plain = run("infill", source, "--span", "2", "-m", model, "--diff", "-q").stdout
+    data = json.loads(run("infill", source, "--span", "2", "-m", model, "--diff", "--json", "-q").stdout)
+    assert data["diff"] == plain and data["text"] == run("infill", source, "--span", "2", "-m", model, "-q").stdout
+
+
+def test_in_place_with_diff_writes_and_prints_the_diff(model, source):
+    plain = run("infill", source, "--span", "2", "-m", model, "--diff", "-q").stdout
+    whole = run("infill", source, "--span", "2", "-m", model, "-q").stdout
+    result = run("infill", source, "--span", "2", "-m", model, "--diff", "--in-place", "-q")
+    assert result.exit_code == 0 and result.stdout == plain and source.read_text() == whole
 
 
 def test_in_place_replaces_atomically_and_keeps_permissions(model, source):
@@ -129,10 +147,14 @@ def test_generate_continues_prompt(model, tmp_path):
 
 
 def test_pipeline_infill_then_check(model):
+    from dlmcode import syntax
+
     filled = run("infill", "-", "--span", "2", "-m", model, "-q", input=SOURCE)
+    assert filled.exit_code == 0 and filled.stdout != SOURCE
+    report = syntax.check(filled.stdout, "python")
     checked = run("check", "-", input=filled.stdout)
-    assert checked.exit_code in (0, 1)
-    assert checked.exit_code == (1 if checked.stdout else 0)
+    assert checked.exit_code == (0 if report.ok else 1)
+    assert checked.stdout == "".join(f"stdin:{p.line}:{p.column + 1}: {p.message}\n" for p in report.problems)
 
 
 def test_check_reports_errors_like_a_linter(tmp_path):
@@ -233,3 +255,154 @@ def test_length_auto_over_allocates_and_strips_pads(model, source):
     assert auto["filled"] == exact["filled"] + min(32, max(8, exact["filled"] // 2))
     assert auto["text"].startswith("def add(a, b):\n") and auto["text"].endswith("self.y = y\n")
     assert "[PAD]" not in auto["text"]
+
+
+def test_check_takes_several_files_each_in_its_own_language(tmp_path):
+    py, go, bad = tmp_path / "a.py", tmp_path / "b.go", tmp_path / "c.js"
+    py.write_text("x = 1\n")
+    go.write_text("package main\n\nfunc main() {}\n")
+    bad.write_text("function f( {\n")
+    assert run("check", py, go).exit_code == 0  # b.go parsed as Go: as Python it would be an error
+    result = run("check", py, bad, go)
+    assert result.exit_code == 1
+    assert result.stdout and all(line.startswith(f"{bad}:") for line in result.stdout.splitlines())
+    data = json.loads(run("check", py, bad, "--json").stdout)
+    assert [(d["file"], d["lang"], d["ok"]) for d in data] == [(str(py), "python", True), (str(bad), "javascript", False)]
+    (tmp_path / "b.txt").write_text("hello\n")
+    assert "b.txt" in one_line_error(run("check", bad, tmp_path / "b.txt"), 2)  # an unknown language, before any report
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--temperature", "inf"], "'--temperature': inf is not a finite number"),
+        (["--temperature", "nan"], "'--temperature': nan is not a finite number"),
+        (["-o", "temperature=inf"], "bad value 'inf' for temperature"),
+        (["-o", "temperature=-inf"], "bad value '-inf' for temperature"),
+        (["--seed", "1180591620717411303424"], "'--seed': 1180591620717411303424 is out of range"),
+        (["--seed", "-1"], "'--seed': -1 is out of range"),
+        (["--seed", "abc"], "'--seed'"),
+        (["--no-such-flag"], "No such option: --no-such-flag"),
+        (["--cache-refresh", "2"], "--cache-refresh 2 does nothing without a cache"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(model, source, args, says):
+    line = one_line_error(run("infill", source, "--span", "2", "-m", model, *args), 2)
+    assert says in line
+    assert source.read_text() == SOURCE
+
+
+def test_usage_errors_of_the_real_command_are_one_line(source):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dlmcode", "infill", str(source), "--seed", "abc"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("dlmcode: error: Invalid value for '--seed'")
+    assert "dlmcode infill --help" in done.stderr
+
+
+def test_non_finite_floats_are_refused_on_every_command(source, tmp_path):
+    assert "--eos-penalty" in one_line_error(run("generate", source, "--eos-penalty", "inf"), 2)
+    assert "--temperature" in one_line_error(run("compare", source, "--temperature", "nan"), 2)
+    assert "--timeout" in one_line_error(run("bench", "-s", "heldout-single", "--timeout", "inf"), 2)
+
+
+@pytest.fixture
+def model_copy(model, tmp_path):
+    import shutil
+
+    path = tmp_path / "copy"
+    shutil.copytree(model, path)
+    return path
+
+
+def edit_config(path, **changes):
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | changes))
+
+
+def test_config_json_with_a_wrong_type_is_one_line(model_copy, source):
+    edit_config(model_copy, dim="big")
+    line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+    assert line == f"dlmcode: error: model folder {str(model_copy)!r}: config.json: dim is 'big', expected an integer"
+    edit_config(model_copy, dim=32, n_layers=True)
+    assert "n_layers is True, expected an integer" in one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+
+
+def test_truncated_weights_are_one_line(model_copy, source):
+    weights = model_copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+    assert f"model folder {str(model_copy)!r}: model.safetensors cannot be read, it is truncated or corrupt" in line
+
+
+def test_weights_of_other_shapes_than_config_json_are_one_line(model_copy, source):
+    edit_config(model_copy, dim=64)
+    line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+    assert f"model folder {str(model_copy)!r}: model.safetensors does not match config.json: embed.weight is (" in line
+    assert ", 32) in the weights, (" in line and ", 64) by config.json" in line
+
+
+def test_a_corrupt_tokenizer_is_one_line(model_copy, source):
+    (model_copy / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": 3}}')
+    line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+    assert f"model folder {str(model_copy)!r}: tokenizer.json is not a readable tokenizer" in line
+
+
+def test_bench_out_naming_a_file_is_refused_before_any_model_loads(tmp_path):
+    taken = tmp_path / "results.txt"
+    taken.write_text("mine\n")
+    result = run("bench", "-s", "heldout-single", "--out", taken, "-m", tmp_path / "no-model")
+    assert one_line_error(result, 2) == f"dlmcode: error: --out {taken} is an existing file; give a folder (a new one, or one to resume)"
+    assert taken.read_text() == "mine\n"
+
+
+def test_bench_on_an_empty_suite_is_an_error(model, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    line = one_line_error(run("bench", "-s", empty, "-m", model, "--out", tmp_path / "out"), 1)
+    assert line == f"dlmcode: error: suite {str(empty)!r} has no tasks: nothing to run"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_custom_decoder_through_the_python_api_is_named_by_its_class(model):
+    import dlmcode
+    from dlmcode.decoders import build
+
+    class Mine:
+        """Any object meeting the Decoder contract: called with (canvas, predict, rng), yields Steps."""
+
+        def __call__(self, canvas, predict, rng):
+            return build("low-confidence")(canvas, predict, rng)
+
+    dlm = dlmcode.load(model, device="cpu")
+    mine = dlmcode.infill(SOURCE, span=(2, 2), dlm=dlm, decoder=Mine())
+    same = dlmcode.infill(SOURCE, span=(2, 2), dlm=dlm, decoder="low-confidence")
+    assert (mine.decoder, mine.settings, mine.text) == ("Mine", {}, same.text)
+
+
+def test_nothing_shows_while_torch_imports_unless_stderr_is_a_terminal(model, source):
+    import pty
+    import subprocess
+    import sys
+
+    code = "import sys; from dlmcode.cli import main; sys.argv = ['dlmcode', *sys.argv[1:]]; main()"
+    args = [sys.executable, "-c", code, "infill", str(source), "--span", "2", "-m", model]
+    piped = subprocess.run(args, capture_output=True, text=True)
+    assert piped.returncode == 0 and "importing torch" not in piped.stderr
+    main, tty = pty.openpty()
+    with subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=tty) as proc:
+        os.close(tty)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal closed: the command is done
+                break
+            if not chunk:
+                break
+            seen += chunk
+    os.close(main)
+    assert proc.returncode == 0
+    assert seen.startswith("dlmcode: starting (importing torch)…\r\x1b[K".encode())
