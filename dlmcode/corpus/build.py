@@ -46,7 +46,10 @@ class File:
     scrubbed: dict[str, int] = field(default_factory=dict)
 
 
-def build(out: Path, cache: Path, manifest: Path = fetch.MANIFEST, tokenizer_path: Path | None = None) -> Iterator[dict]:
+def build(out: Path, cache: Path, manifest: Path = fetch.MANIFEST, tokenizer_path: Path | None = None,
+          stdlib: Path | None = None) -> Iterator[dict]:
+    """Progress records, then {"event": "done", ...totals, "sha256": ...}. `stdlib` defaults to
+    this interpreter's; `tokenizer_path` (for the token counts) to the built-in model's."""
     start, timings = time.perf_counter(), {}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +63,7 @@ def build(out: Path, cache: Path, manifest: Path = fetch.MANIFEST, tokenizer_pat
         files += found
         sources.append(source)
         yield {"event": "read", "package": release.name, "files": len(found)}
-    stdlib_files, stdlib_source, protected_stdlib = read_stdlib()
+    stdlib_files, stdlib_source, protected_stdlib = read_stdlib(Path(stdlib or sysconfig.get_paths()["stdlib"]))
     files = stdlib_files + files
     sources.append(stdlib_source)
     timings["read_s"] = time.perf_counter() - start - sum(timings.values())
@@ -117,12 +120,11 @@ def read_release(release: fetch.Release, wheel: Path) -> tuple[list[File], notic
     return files, notices.Source(release.name, release.version, verdict.spdx, url, 0, lic)
 
 
-def read_stdlib() -> tuple[list[File], notices.Source, list[str]]:
+def read_stdlib(root: Path) -> tuple[list[File], notices.Source, list[str]]:
     """The stdlib training files (train.py's rules; its held-out files stay out) and the texts
     of the held-out ones, which dedup protects like the eval packages."""
     from .. import train as training
 
-    root = Path(sysconfig.get_paths()["stdlib"])
     license_text = (root / "LICENSE.txt").read_text()
     if licenses.text_license(license_text) != "PSF-2.0":
         raise UsageError(f"{root / 'LICENSE.txt'} does not read as the PSF licence")
