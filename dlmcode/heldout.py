@@ -9,6 +9,11 @@ ids of the original text, position by position) and syntax-valid (no new breakag
 syntax.breakage counts it). Line tasks also score two trivial baselines that every report
 shows beside the model: delete the lines, and copy the lines above in their place.
 
+Sources: "stdlib" (the held-out stdlib files, train.py's split) and "packages" (the held-out
+packages of the corpus, `python -m dlmcode.corpus build`'s eval.jsonl.gz: boltons, toolz,
+more-itertools, sortedcontainers, attrs, cachetools; never trained on). `rows` runs every
+source x kind and prints the table a model card shows beside v1's.
+
 Stream first: `run_tasks` yields one record per task; `summarize` folds records into rates.
 """
 
@@ -19,6 +24,7 @@ import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,6 +52,26 @@ def heldout_files() -> dict[str, str]:
 
     files = train.corpus_files(train.stdlib_root(train.TrainConfig()))
     return train.split(files)[1]
+
+
+def package_files(path: str | Path) -> dict[str, str]:
+    """path -> text of the corpus's held-out packages (eval.jsonl.gz, or the corpus folder)."""
+    from .corpus.build import read_jsonl
+    from .errors import UsageError
+
+    path = Path(path)
+    path = path / "eval.jsonl.gz" if path.is_dir() else path
+    if not path.exists():
+        raise UsageError(f"no held-out packages at {path}: build them with `python -m dlmcode.corpus build DIR`")
+    return {r["path"]: r["text"] for r in read_jsonl(path)}
+
+
+def sources(packages: str | Path | None) -> dict[str, Mapping[str, str]]:
+    """The evaluation sources: the stdlib's held-out files, and the held-out packages when given."""
+    found: dict[str, Mapping[str, str]] = {"stdlib": heldout_files()}
+    if packages:
+        found["packages"] = package_files(packages)
+    return found
 
 
 def line_offsets(text: str) -> list[int]:
@@ -212,10 +238,13 @@ def evaluate(
     suite: Mapping[str, int] = DEFAULT_SUITE,
     seed: int = 0,
     one_line_rule: bool = True,
+    files: Mapping[str, str] | None = None,
+    source: str = "stdlib",
 ) -> Iterator[dict[str, Any]]:
     """For each task kind and decoder: one record per task, then a summary record. With
-    one_line_rule, "line" tasks are also run with line breaks banned ("<decoder> +one-line")."""
-    files = heldout_files()
+    one_line_rule, "line" tasks are also run with line breaks banned ("<decoder> +one-line").
+    `files` defaults to the held-out stdlib files; every record names its `source`."""
+    files = heldout_files() if files is None else files
     for kind, n in suite.items():
         tasks = make_tasks(files, kind, n, seed, dlm.tokenizer)
         variants = [(name, options, dlm) for name, options in decoders.items()]
@@ -226,14 +255,17 @@ def evaluate(
             outcomes = []
             for outcome in run_tasks(tasks, files, model, name, options):
                 outcomes.append(outcome)
-                yield {"event": "task", "decoder": label, **asdict(outcome)}
-            yield {"event": "summary", "decoder": label, "kind": kind, **summarize(outcomes)}
+                yield {"event": "task", "source": source, "decoder": label, **asdict(outcome)}
+            yield {"event": "summary", "source": source, "decoder": label, "kind": kind, **summarize(outcomes)}
 
 
 def table(summaries: Iterable[Mapping[str, Any]]) -> str:
     """Summary records as a Markdown table (for the model card)."""
+    summaries = list(summaries)
     cols = ["decoder", "kind", "n", "exact", "exact_no_encodings", "token_accuracy", "syntax_ok",
             "baseline_delete_syntax_ok", "baseline_copy_syntax_ok", "tpf"]  # fmt: skip
+    if any("source" in s for s in summaries):
+        cols = ["source"] + cols
     rows = ["| " + " | ".join(c.replace("_", " ") for c in cols) + " |", "|" + "---|" * len(cols)]
     for s in summaries:
         rows.append("| " + " | ".join("" if s.get(c) is None else str(s.get(c)) for c in cols) + " |")
@@ -241,25 +273,39 @@ def table(summaries: Iterable[Mapping[str, Any]]) -> str:
 
 
 def main(args: list[str]) -> None:
-    """`python -m dlmcode.heldout [model=DIR] [out=FILE.jsonl] [line=N] [lines=N] [span=N]`:
-    summaries as JSON lines on stdout; with out=, every record is appended to that file too."""
+    """`python -m dlmcode.heldout [model=DIR] [out=FILE.jsonl] [line=N] [lines=N] [span=N]
+    [packages=CORPUS_DIR] [decoders=a,b] [one_line=0|1]`: summaries as JSON lines on stdout
+    (and a Markdown table of them on stderr at the end); with out=, every record is appended to
+    that file too. With packages=, the held-out packages are a second source beside the stdlib's."""
     import json
-    from pathlib import Path
+    import sys
 
+    from .errors import UsageError
     from .models import builtin
 
     torch.set_num_threads(2)
     opts = dict(a.split("=", 1) for a in args)
     path = Path(opts.pop("model", Path(__file__).parent / "weights" / "builtin"))
     out = opts.pop("out", None)
+    packages = opts.pop("packages", None)
+    decoders = {name: DEFAULT_DECODERS.get(name, {}) for name in opts.pop("decoders", ",".join(DEFAULT_DECODERS)).split(",")}
+    one_line_rule = opts.pop("one_line", "1") not in ("0", "false", "no")
     suite = {k: int(v) for k, v in opts.items()} or DEFAULT_SUITE
     dlm = builtin.load(path, torch.device("cpu"), torch.float32)
-    for record in evaluate(dlm, suite=suite):
-        if out:
-            with open(out, "a") as f:
-                f.write(json.dumps(record) + "\n")
-        if record["event"] == "summary":
-            print(json.dumps(record), flush=True)
+    try:
+        chosen = sources(packages)
+    except UsageError as error:
+        raise SystemExit(f"error: {error}") from None  # one line on stderr, exit 1
+    summaries = []
+    for source, files in chosen.items():
+        for record in evaluate(dlm, decoders, suite, one_line_rule=one_line_rule, files=files, source=source):
+            if out:
+                with open(out, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            if record["event"] == "summary":
+                summaries.append(record)
+                print(json.dumps(record), flush=True)
+    print(table(summaries), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -234,3 +234,23 @@ def test_download_refuses_a_file_whose_hash_differs(tmp_path):
         z.writestr("alpha/extra.py", "y = 2\n")
     with pytest.raises(Exception, match="pip download failed|sha256"):
         fetch.download([release], tmp_path)
+
+
+def test_heldout_rows_read_the_held_out_packages(tmp_path):
+    import torch
+
+    from dlmcode import heldout
+    from dlmcode.models import builtin, builtin_path
+
+    code = "def pairs(items):\n    out = []\n    for a, b in zip(items, items[1:]):\n        out.append((a, b))\n    return out\n"
+    build.write_jsonl(tmp_path / "eval.jsonl.gz", [build.File("toolz", "1.0", "toolz/toolz/pairs.py", code, "eval")])
+    files = heldout.package_files(tmp_path)
+    assert files == {"toolz/toolz/pairs.py": code}
+    dlm = builtin.load(builtin_path(), torch.device("cpu"), torch.float32)
+    records = list(heldout.evaluate(dlm, {"low-confidence": {}}, {"line": 2}, one_line_rule=False, files=files, source="packages"))
+    assert [r["event"] for r in records] == ["task", "task", "summary"]
+    assert {r["path"] for r in records[:2]} == {"toolz/toolz/pairs.py"} and records[2]["source"] == "packages"
+    assert records[2]["n"] == 2 and records[2]["baseline_delete_syntax_ok"] is not None
+    assert heldout.table(records[2:]).splitlines()[0].startswith("| source | decoder | kind | n |")
+    with pytest.raises(Exception, match="no held-out packages"):
+        heldout.package_files(tmp_path / "missing")
