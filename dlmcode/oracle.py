@@ -11,7 +11,7 @@ has, none of its problems is new.
 
 The job builds an oracle from its plan (`attach`) and hands it to a decoder that takes one
 (syntax-guard), the way codila is handed its assistant: decoders import no parser.
-Only `syntax`'s public API is used (language table, `check`, `CHECKS`).
+Only `syntax`'s public API is used (the language table, `CHECKS`, `Problem`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class SyntaxOracle:
         self.drop_ids, self.trim_at, self.incremental = drop_ids, trim_at, incremental
         self.parser = parser_for(self.lang)
         self.checks = [syntax.CHECKS[name] for name in syntax.LANGUAGES[self.lang].checks]
-        self.base = baseline(before, self.lang)
+        self.base = pools(self.find(base_text(before).encode("utf-8", syntax.ENCODE_ERRORS), self.parser.parse))
         self.base_lines = base_text(before).split("\n")
         self.pieces: dict[int, bytes] = {}  # id -> its bytes when decoded alone (checked per hole)
         self.context = [plan.text[a:b].encode("utf-8", syntax.ENCODE_ERRORS) for a, b in gaps(plan)]
@@ -124,13 +124,20 @@ class SyntaxOracle:
     def problems(self, tokens: Tensor) -> tuple[Layout, list[syntax.Problem]]:
         """The draft's layout and every problem of its text (tree-sitter's, then the extra checkers')."""
         layout = self.layout(tokens)
-        tree = self.parse(layout)
-        found = [problem(kind, node, layout.data) for kind, node in issues(tree)]
+        return layout, self.find(layout.data, lambda data: self.parse(layout))
+
+    def find(self, data: bytes, parse: Any) -> list[syntax.Problem]:
+        """Every problem of `data`: tree-sitter's (from `parse(data)`), then the extra checkers'.
+
+        The user's code goes through this too (not syntax.check), so that old and new
+        problems are found alike.
+        """
+        found = [problem(kind, node, data) for kind, node in issues(parse(data))]
         if self.checks:
-            text = layout.data.decode("utf-8", syntax.ENCODE_ERRORS)
+            text = data.decode("utf-8", syntax.ENCODE_ERRORS)
             for check in self.checks:
-                found.extend(check(text, layout.data))
-        return layout, found
+                found.extend(check(text, data))
+        return found
 
     # ------------------------------------------------------------ the verdict
 
@@ -233,11 +240,6 @@ def base_text(before: str) -> str:
         parts.append(before[cursor:start])
         cursor = end
     return "".join(parts) + before[cursor:]
-
-
-def baseline(before: str, lang: str) -> dict[str, list[syntax.Problem]]:
-    """The user's code's problems, by checker."""
-    return pools(list(syntax.check(base_text(before), lang).problems))
 
 
 def gaps(plan: spans.Plan) -> list[tuple[int, int]]:

@@ -1,0 +1,180 @@
+"""syntax-guard on hand-made logits with a hand-made oracle: what it commits, reopens and repairs,
+and that its budgets bound every decode; without an oracle it is its parallel rule alone."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dlmcode import fill, spans
+from dlmcode.canvas import Canvas
+from dlmcode.decoders import build
+from dlmcode.decoders.factor import Factor
+from dlmcode.decoders.syntax_guard import SyntaxGuard
+from dlmcode.errors import UsageError
+from dlmcode.oracle import Verdict
+
+V, MASK, GOOD, BAD = 10, 10, 1, 9  # vocabulary 0..9, mask id outside it
+
+
+def canvas(holes: int) -> Canvas:
+    """Two context tokens, `holes` holes, one context token."""
+    return Canvas(torch.tensor([3, 4] + [MASK] * holes + [5]), MASK)
+
+
+def logits_for(proposals: dict[int, tuple[int, float]], length: int) -> torch.Tensor:
+    """(L, V): position p proposes token t with logit s over zeros (confidence e^s / (e^s + 9))."""
+    out = torch.zeros(length, V)
+    for p, (t, s) in proposals.items():
+        out[p, t] = s
+    return out
+
+
+class Scripted:
+    """predict: the proposals of call n are script[min(n, last)]; counts calls."""
+
+    def __init__(self, *script: dict[int, tuple[int, float]]):
+        self.script, self.calls = script, 0
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return logits_for(self.script[min(self.calls, len(self.script)) - 1], len(tokens))
+
+
+class BadToken:
+    """An oracle: a BAD token at position p puts `region(p)` in a new error; records each draft."""
+
+    def __init__(self, region=lambda p: [p]):
+        self.region, self.drafts = region, []
+
+    def __call__(self, tokens: torch.Tensor) -> Verdict:
+        self.drafts.append(tokens.tolist())
+        assert MASK not in tokens.tolist(), "the oracle sees a whole draft"
+        regions = [torch.tensor(self.region(p)) for p in (tokens == BAD).nonzero().squeeze(-1).tolist()]
+        flagged = torch.zeros(len(tokens), dtype=torch.bool)
+        for r in regions:
+            flagged[r] = True
+        return Verdict(flagged, tuple(regions), bool(regions))
+
+
+def decode(decoder, start: Canvas, predict):
+    budget = decoder.max_calls(start.n_holes)
+    steps = list(itertools.islice(decoder(start, predict, torch.Generator().manual_seed(0)), budget + 1))
+    assert len(steps) <= budget
+    for i, step in enumerate(steps):
+        assert step.index == i and step.calls == i + 1, "one model call per step"
+    return steps
+
+
+def trace(steps):
+    return [(sorted(s.filled.tolist()), sorted(s.reopened.tolist())) for s in steps]
+
+
+def test_a_proposal_inside_an_error_region_is_not_committed():
+    # holes 2..7; position 4 proposes a BAD token whose error covers 4 and 5; the rest are sure.
+    sure = {p: (GOOD, 12.0) for p in range(2, 8)}
+    predict = Scripted(sure | {4: (BAD, 11.0), 5: (GOOD, 11.5)})
+    guard = SyntaxGuard(factor=1.0, floor=1, repairs=0, oracle=BadToken(lambda p: [p, p + 1]))
+    steps = decode(guard, canvas(6), predict)
+    assert trace(steps) == [([2, 3, 6, 7], []), ([5], []), ([4], [])]  # then only the most confident flagged one per call
+    assert steps[0].info["flagged"] == 2.0
+    assert steps[-1].canvas.tokens[2:8].tolist() == [GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
+
+
+def test_a_persisting_error_reopens_committed_tokens_within_budget_then_the_broken_span_is_repaired():
+    # holes 2, 3, 4. Call 1: position 2 is sure, 3 and 4 are not (factor 0.1 commits only 2).
+    # From call 2 on position 3 proposes BAD, whose error covers committed position 2.
+    first = {2: (GOOD, 12.0), 3: (GOOD, 1.0), 4: (GOOD, 0.5)}
+    later = {2: (GOOD, 12.0), 3: (BAD, 1.0), 4: (GOOD, 0.5)}
+    guard = SyntaxGuard(factor=0.1, floor=1, patience=2, reopen=0.5, reopen_per_call=1, repairs=1,
+                        oracle=BadToken(lambda p: [p - 1, p]))  # fmt: skip
+    steps = decode(guard, canvas(3), Scripted(first, later))
+    assert trace(steps) == [
+        ([2], []),  # only the sure one
+        ([4], []),  # 3 is in an error (with committed 2): commit the safe 4; 2 has been flagged once
+        ([3], [2]),  # 2 flagged twice in a row: reopened (budget floor(0.5 * 3) = 1); nothing safe: the best, 3
+        ([2], []),  # reopen budget spent: 2 comes back
+        ([2], [2, 3]),  # complete but broken: the repair reopens the error region {2, 3} and decodes it again
+        ([3], []),
+    ]
+    assert [s.info.get("repair") for s in steps] == [None, None, None, None, 1, 1]
+    assert len(steps) == 6 <= guard.max_calls(3) == 3 + 1 + 1 * 3
+
+
+def two_regions(tokens: torch.Tensor) -> Verdict:
+    """An oracle that flags no proposal but finds errors in {2, 3, 4} and {7} while position 7 holds BAD."""
+    regions = (torch.tensor([2, 3, 4]), torch.tensor([7])) if int(tokens[7]) == BAD else ()
+    return Verdict(torch.zeros(len(tokens), dtype=torch.bool), regions, bool(regions))
+
+
+def test_a_repair_reopens_the_smallest_new_error_region_cut_to_repair_size():
+    sure = {p: (GOOD, 12.0) for p in range(2, 9)}
+    predict = Scripted(sure | {7: (BAD, 12.0)}, sure)  # call 1 drafts BAD at 7, later calls GOOD
+    guard = SyntaxGuard(factor=1.0, floor=1, repairs=2, oracle=two_regions)
+    steps = decode(guard, canvas(7), predict)
+    assert trace(steps) == [([2, 3, 4, 5, 6, 7, 8], []), ([7], [7])], "the one-token region is repaired, then it is valid"
+    assert steps[-1].canvas.tokens[7] == GOOD
+    cut = SyntaxGuard(repair_size=2, oracle=lambda t: Verdict(torch.zeros(10, dtype=torch.bool), (torch.tensor([2, 3, 4]),), True))
+    assert cut.broken_region(canvas(7)).tolist() == [2, 3]
+    assert SyntaxGuard(oracle=two_regions).broken_region(Canvas(torch.tensor([3, 4] + [GOOD] * 7 + [5]), MASK)) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_budgets_bound_every_decode_against_an_oracle_that_flags_everything(seed, make_tiny_model, make_canvas):
+    model = make_tiny_model(seed=seed)
+    start = make_canvas([3, 5, 2, 6, 3], model.mask_id, model.vocab)
+
+    def hostile(tokens):
+        span = torch.zeros(len(tokens), dtype=torch.bool)
+        span[start.holes] = True
+        return Verdict(span, (start.holes.nonzero().squeeze(-1),), True)
+
+    guard = SyntaxGuard(reopen=0.5, reopen_per_call=3, patience=1, repairs=3, repair_size=4, oracle=hostile)
+    steps = decode(guard, start, model)
+    reopened = sum(len(s.reopened) for s in steps)
+    assert reopened == guard.reopen_budget(11) + 3 * 4, "both budgets are spent, and no more"
+    assert sum(len(s.filled) for s in steps) == 11 + reopened
+    assert len(steps) <= guard.max_calls(11) == 11 + 5 + 3 * 4
+    assert not bool(steps[-1].canvas.holes.any())
+    assert model.calls == steps[-1].calls
+
+
+def test_without_an_oracle_it_is_its_parallel_rule(make_tiny_model, make_canvas):
+    model = make_tiny_model()
+    start = make_canvas([4, 9, 3, 6, 2], model.mask_id, model.vocab)
+    for f in (0.5, 2.0, 8.0):
+        ours = decode(SyntaxGuard(factor=f, floor=1), start, model)
+        theirs = list(Factor(factor=f)(start, model, torch.Generator().manual_seed(0)))
+        assert [s.filled.tolist() for s in ours] == [s.filled.tolist() for s in theirs]
+        assert torch.equal(ours[-1].canvas.tokens, theirs[-1].canvas.tokens)
+    floored = decode(SyntaxGuard(factor=0.01, floor=4), start, model)
+    assert [len(s.filled) for s in floored] == [4, 4, 4, 3]
+
+
+def test_settings_are_checked_and_max_calls_counts_every_reopen():
+    assert SyntaxGuard(reopen=0.25, repairs=2, repair_size=16).max_calls(40) == 40 + 10 + 32
+    assert SyntaxGuard(reopen=0.0, repairs=0).max_calls(7) == 7
+    for bad in ({"floor": "0"}, {"reopen": "1.5"}, {"patience": "0"}, {"factor": "0"}, {"repairs": "-1"}):
+        with pytest.raises(UsageError, match="syntax-guard"):
+            build("syntax-guard", bad)
+
+
+def test_a_job_without_a_language_says_so_in_one_line():
+    class Tok:
+        def encode(self, text):
+            return [ord(c) for c in text]
+
+        def decode(self, ids):
+            return "".join(map(chr, ids))
+
+    plan = spans.plan_infill("x = ⟦fill:2⟧\n", Tok(), 0, None, None, 100)
+    dlm = SimpleNamespace(tokenizer=Tok(), special_ids=frozenset(), predict=None)
+    with pytest.raises(UsageError, match=r"^decoder 'syntax-guard' needs the code's language: name it with --lang"):
+        fill.Job(plan, dlm, build("syntax-guard"), 0, None)
+    job = fill.Job(plan, dlm, build("syntax-guard"), 0, "python")
+    assert job.decoder.oracle is not None and job.decoder.oracle.lang == "python"
+    plain = fill.Job(plan, dlm, build("factor"), 0, None)
+    assert plain.decoder == build("factor")
