@@ -1,4 +1,5 @@
-"""The model layer without downloads: tiny models and fake family folders built in the test."""
+"""The model layer: tiny models and fake family folders built in the test; downloads only from a
+fake hub on 127.0.0.1 (HF_ENDPOINT), in a subprocess."""
 
 from __future__ import annotations
 
@@ -443,8 +444,130 @@ def test_uncached_hub_id_fails_at_once_with_one_line():
         models.load("dlmcode-tests/not-a-cached-model", device="cpu")
     assert time.perf_counter() - start < 1.0
     msg = str(err.value)
-    assert "not a local folder and is not in the Hugging Face cache" in msg
+    assert "not a local folder and is not in the Hugging Face cache, and downloads are off (HF_HUB_OFFLINE=1)" in msg
     assert "`hf download dlmcode-tests/not-a-cached-model`" in msg and "\n" not in msg
+
+
+class FakeHub:
+    """The few Hugging Face Hub endpoints snapshot_download uses, serving one repo from a folder on 127.0.0.1."""
+
+    REPO, SHA = "dlmcode-tests/tiny", "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, folder: Path) -> None:
+        import hashlib
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        hub, self.requests = self, []
+        self.files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        self.oids = {name: hashlib.sha1(data).hexdigest() for name, data in self.files.items()}
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                hub.requests.append((self.command, self.path))
+
+            def do_HEAD(self):
+                self.reply(head=True)
+
+            def do_GET(self):
+                self.reply(head=False)
+
+            def reply(self, head: bool) -> None:
+                body, headers = hub.answer(self.path)
+                self.send_response(200 if body is not None else 404)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                if body and not head:
+                    self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str) -> tuple[bytes | None, dict[str, str]]:
+        api, resolve = f"/api/models/{self.REPO}", f"/{self.REPO}/resolve/"
+        if path.startswith(f"{api}/tree/"):
+            tree = [{"type": "file", "path": n, "size": len(d), "oid": self.oids[n]} for n, d in self.files.items()]
+            return json.dumps(tree).encode(), {"Content-Type": "application/json"}
+        if path.startswith(f"{api}/revision/"):
+            info = {"id": self.REPO, "sha": self.SHA, "siblings": [{"rfilename": n} for n in self.files]}
+            return json.dumps(info).encode(), {"Content-Type": "application/json"}
+        name = path[len(resolve) :].partition("/")[2] if path.startswith(resolve) else None
+        if name not in self.files:
+            return None, {}
+        return self.files[name], {"X-Repo-Commit": self.SHA, "ETag": f'"{self.oids[name]}"'}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_hub(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny import tiny_builtin
+
+    hub = FakeHub(tiny_builtin(tmp_path / "served"))
+    yield hub
+    hub.close()
+
+
+def infill_with(model: str, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    source = Path(__file__).parent.parent / "examples" / "stack.py"
+    cmd = [sys.executable, "-m", "dlmcode", "infill", str(source), "--span", "10:11", "-m", model, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def hub_env(hub: FakeHub, cache: Path, offline: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    return env | {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(cache)} | ({"HF_HUB_OFFLINE": "1"} if offline else {})
+
+
+def test_an_uncached_hub_id_is_downloaded_with_progress_unless_offline(fake_hub, tmp_path):
+    cache = tmp_path / "cache"
+    refused = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=True))
+    assert refused.returncode == 1 and fake_hub.requests == []
+    assert refused.stderr.splitlines() == [
+        f"dlmcode: error: model {fake_hub.REPO!r} is not a local folder and is not in the Hugging Face cache, and downloads are off"
+        f" (HF_HUB_OFFLINE=1); download it with `hf download {fake_hub.REPO}` or go online"
+    ]
+    flag = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=False), "--offline")
+    assert flag.returncode == 1 and "(--offline)" in flag.stderr and fake_hub.requests == []
+
+    local = infill_with(str(tmp_path / "served"), hub_env(fake_hub, cache, offline=True), "-q")
+    fetched = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=False), "-q")
+    assert fetched.returncode == 0, fetched.stderr
+    assert fetched.stdout == local.stdout  # the same weights, now from the cache folder
+    assert "Fetching 3 files" in fetched.stderr and "100%" in fetched.stderr  # huggingface_hub's progress bar
+    got = {path.rsplit("/", 1)[1] for method, path in fake_hub.requests if method == "GET" and "/resolve/" in path}
+    assert got == {"config.json", "model.safetensors", "tokenizer.json"}
+    snapshot = cache / f"models--{fake_hub.REPO.replace('/', '--')}" / "snapshots" / FakeHub.SHA
+    assert (snapshot / "model.safetensors").read_bytes() == fake_hub.files["model.safetensors"]
+
+    fake_hub.requests.clear()
+    again = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=True), "-q")
+    assert again.returncode == 0 and again.stdout == local.stdout and fake_hub.requests == []  # cached: no network
+
+
+def test_a_failed_download_is_one_line(fake_hub, tmp_path):
+    missing = infill_with("dlmcode-tests/absent", hub_env(fake_hub, tmp_path / "cache", offline=False))
+    assert missing.returncode == 1 and len(missing.stderr.splitlines()) == 1
+    assert missing.stderr.startswith("dlmcode: error: model 'dlmcode-tests/absent' is not a local folder or in the Hugging Face cache, and downloading it failed (")
+
+
+def test_loading_leaves_the_process_environment_and_transformers_verbosity_alone(bert_dir, monkeypatch):
+    from transformers.utils import logging
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    logging.set_verbosity_info()
+    try:
+        models.load(str(bert_dir), device="cpu")
+        assert "HF_HUB_OFFLINE" not in os.environ
+        assert logging.get_verbosity() == logging.INFO and logging.is_progress_bar_enabled()
+    finally:
+        logging.set_verbosity_warning()
 
 
 def test_hub_cache_snapshot_is_labelled_by_its_repo_id(tmp_path):
