@@ -126,12 +126,14 @@ def test_the_audit_hook_cannot_be_switched_off_by_rebinding_names():
         "    frame = frame.f_back\n"
         "import __main__\n__main__.__dict__.update(DENIED=(), hook=None)\n"
         "builtins.PermissionError = type('Nothing', (Exception,), {})\n"
+        "builtins.any = builtins.all = lambda *a: True\n"
         "result = []\n"
+        "try:\n    open('/usr/evil', 'w')\n    result.append('written')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
         "try:\n    import socket\n    socket.socket()\n    result.append('socket')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
         "try:\n    import gc\n    gc.get_objects()\n    result.append('gc')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
         "def seen():\n    return result\n"
     )  # fmt: skip
-    assert sees(program, ["PermissionError", "PermissionError"], audit=True).passed  # builtins' name rebound: still the real one
+    assert sees(program, ["PermissionError"] * 3, audit=True).passed  # builtins' names rebound: the hook kept its own
 
 
 # ---------------------------------------------------------------- the jail (audit hook off)
@@ -266,7 +268,7 @@ def test_limits_end_hostile_samples_as_failures():
 # ---------------------------------------------------------------- refusal and opt-out
 
 
-def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monkeypatch):
+def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "unavailable", lambda: "no user namespaces")
     with pytest.raises(sandbox.SandboxUnavailable) as refused:
         judged("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n")
@@ -275,8 +277,11 @@ def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monke
     unsafe = dataclasses.replace(FAST, isolated=False)
     assert judged("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n", limits=unsafe).passed
     assert not judged(FAKES["os._exit(0)"], limits=unsafe).passed  # the verdict stays the judge's
-    denied = sandbox.run(attempts("socket.socket()"), SEEN.format(expected=["PermissionError"]), "seen", unsafe)
-    assert denied.passed  # unsafe keeps the audit hook
+    outside = str(tmp_path / "outside.txt")
+    hooked = attempts("socket.socket()", f"open(__import__('pathlib').Path({outside!r}), 'w')",
+                      f"open('x', 'w').close(); os.rename('x', {outside!r})", "subprocess.run(['true'])")  # fmt: skip
+    assert sandbox.run(hooked, SEEN.format(expected=["PermissionError"] * 4), "seen", unsafe).passed  # the hook stays
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------- the wire

@@ -390,24 +390,30 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def audit_hook(reads, writes):
-    """A PEP 578 hook refusing escapes the jail already stops: an obstacle, not the boundary.
+    """A PEP 578 hook refusing what the jail already stops: an obstacle, not the boundary.
 
-    Everything it uses is bound here, in its closure (no module global a program can rebind),
-    and the events that would reach it (gc, frames of other threads, tracing) are refused.
+    Everything it calls is bound here, in its closure: no module global or builtin that a
+    program can rebind changes what it does; str, bytes and int subclasses are read through
+    the base type's methods, so their overrides never run here. The events that would reach
+    the hook itself (gc, other threads' frames, tracing) are refused.
     """
-    denied, write_flags, startswith, isinstance_, str_, bytes_, int_ = DENIED, WRITE_FLAGS, str.startswith, isinstance, str, bytes, int
-    stat, error = os.stat, PermissionError
+    denied, write_flags, writers, error = DENIED, WRITE_FLAGS, frozenset("wax+"), PermissionError
+    str_, bytes_, int_, isinstance_, len_, fspath, stat = str, bytes, int, isinstance, len, os.fspath, os.stat
+    startswith, split, rstrip, as_str, decode, and_ = str.startswith, str.split, str.rstrip, str.__str__, bytes.decode, int.__and__
+    errors = (OSError, ValueError, TypeError)
     changes = frozenset({"os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.truncate", "os.utime"})
     looks = frozenset({"os.listdir", "os.scandir"})
     cwd = os.getcwd()
 
+    def text(path):
+        if not isinstance_(path, (str_, bytes_)):
+            path = fspath(path)  # a path-like object's own answer: the jail, not this, is the boundary
+        return decode(path, "utf-8", "surrogateescape") if isinstance_(path, bytes_) else as_str(path)
+
     def absolute(path):
-        if isinstance_(path, bytes_):
-            path = path.decode("utf-8", "surrogateescape")
-        if not isinstance_(path, str_):
-            return None  # a path-like object could answer differently next time: refused below
+        path = text(path)
         parts = []
-        for part in (path if startswith(path, "/") else cwd + "/" + path).split("/"):
+        for part in split(path if startswith(path, "/") else cwd + "/" + path, "/"):
             if part == "..":
                 parts = parts[:-1]
             elif part and part != ".":
@@ -415,24 +421,40 @@ def audit_hook(reads, writes):
         return "/" + "/".join(parts)
 
     def inside(path, roots):
-        return path is not None and any(path == r or startswith(path, r.rstrip("/") + "/") for r in roots)
+        for root in roots:
+            if path == root or startswith(path, rstrip(root, "/") + "/"):
+                return True
+        return False
 
     def is_folder(path):
         try:
-            return (stat(path).st_mode & 0o170000) == 0o040000
-        except (OSError, ValueError):
+            return and_(stat(path).st_mode, 0o170000) == 0o040000
+        except errors:
             return False
+
+    def writing(event, args):
+        if event in changes:
+            return True
+        mode = args[1] if len_(args) > 1 and isinstance_(args[1], str_) else ""
+        flags = args[2] if len_(args) > 2 and isinstance_(args[2], int_) else 0
+        return any_of(as_str(mode), writers) or and_(flags, write_flags) != 0
+
+    def any_of(chars, wanted):
+        for char in chars:
+            if char in wanted:
+                return True
+        return False
 
     def hook(event, args):
         if startswith(event, denied):
             raise error(f"sandbox: {event} is not allowed")
-        if event not in changes and event not in looks and event != "open" or not args or isinstance_(args[0], int_):
+        if (event != "open" and event not in changes and event not in looks) or not args or isinstance_(args[0], int_):
             return
-        mode, flags = (list(args[1:3]) + [None, None])[:2]
-        writing = event in changes or bool(set(mode or "") & set("wax+")) or bool((flags or 0) & write_flags)
         path = absolute(args[0])
-        if not inside(path, writes if writing else reads):
-            raise error(f"sandbox: {event} {path or 'of a path-like object'!r} is outside the sandbox")
+        if not inside(path, writes if writing(event, args) else reads):
+            raise error(f"sandbox: {event} {path!r} is outside the sandbox")
+        if event == "os.rename" and len_(args) > 1 and not isinstance_(args[1], int_) and not inside(absolute(args[1]), writes):
+            raise error(f"sandbox: {event} to {absolute(args[1])!r} is outside the sandbox")
         if event == "open" and not inside(path, writes) and is_folder(path):
             raise error(f"sandbox: opening the folder {path!r} (a dir_fd outside) is not allowed")
 
