@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+import torch
+
 from .. import decoders, syntax
 from .. import fill as jobs
 from ..models import load
@@ -70,7 +72,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-o", "--option", action="append", default=[])
     ap.add_argument("--no-tests", action="store_true", help="skip pass@1 (the sandbox)")
     ap.add_argument("--out", help="write every task's rows here as JSON lines")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (1 on a busy shared CPU) [default: torch's]")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     options = decoders.parse_options(args.option)
     dlm = load()
     engine = Engine(dlm, decoder=args.decoder, options=options, lang="python")
@@ -86,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             rows[mode].append(row)
             if out:
                 out.write(json.dumps(row) + "\n")
+                out.flush()
         print(f"{i + 1}/{len(tasks)}", file=sys.stderr, end="\r")
     meta = {"suite": args.suite, "decoder": args.decoder, "options": options, "ceiling": CEILING,
             "cap": length.cap(dlm)}

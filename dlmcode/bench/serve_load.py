@@ -1,0 +1,172 @@
+"""Load test of `dlmcode serve`: N concurrent editors, M requests each, at several N.
+
+    python -m dlmcode.bench.serve_load --clients 1,2,4,8 --requests 20 [--url http://127.0.0.1:8012]
+
+Without --url it starts `dlmcode serve` (built-in model, or --model) in a subprocess on a
+free 127.0.0.1 port and stops it at the end. Each request is llama.vim's /infill body
+(autoload/llama.vim) for a single-line hole of a held-out file (heldout-single), with a
+PREFIX_LINES-line prefix and SUFFIX_LINES lines after; tasks rotate across requests.
+Per level it checks that every request was answered exactly once with a 200 and a
+`content`, and reports latency p50/p95, requests per second, and the server's resident
+memory before and after (flat memory: no growth across levels). One JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import suites
+
+PREFIX_LINES = 30
+SUFFIX_LINES = 10
+CEILING = 128  # llama.vim's default n_predict
+
+
+def bodies(count: int, prefix_lines: int = PREFIX_LINES) -> list[dict[str, Any]]:
+    """llama.vim /infill bodies for the first `count` heldout-single tasks."""
+    out = []
+    for task in suites.load("heldout-single", count).tasks:
+        prefix = "".join(task.prompt.splitlines(keepends=True)[-prefix_lines:])
+        suffix = "".join(task.suffix.splitlines(keepends=True)[:SUFFIX_LINES + 1])
+        out.append({"id_slot": 0, "input_prefix": prefix, "input_suffix": suffix, "input_extra": [], "prompt": "",
+                    "n_predict": CEILING, "stop": [], "n_indent": 0, "top_k": 40, "top_p": 0.90,
+                    "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
+                    "response_fields": ["content", "timings/predicted_n", "timings/predicted_ms"]})
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def level(url: str, clients: int, requests: int, pool: list[dict[str, Any]], headers: dict[str, str]) -> dict[str, Any]:
+    """`clients` threads, each sending `requests` requests one after another."""
+    latencies: list[float] = []
+    answered: dict[tuple[int, int], int] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def editor(c: int) -> None:
+        with httpx.Client(timeout=300, headers=headers) as http:
+            for r in range(requests):
+                body = pool[(c * requests + r) % len(pool)]
+                start = time.perf_counter()
+                try:
+                    resp = http.post(f"{url}/infill", json=body)
+                    ok = resp.status_code == 200 and "content" in resp.json()
+                    why = None if ok else f"{resp.status_code} {resp.text[:100]}"
+                except httpx.HTTPError as err:
+                    why = f"{type(err).__name__}: {err}"
+                with lock:
+                    latencies.append(time.perf_counter() - start)
+                    answered[(c, r)] = answered.get((c, r), 0) + 1
+                    if why:
+                        errors.append(why)
+
+    threads = [threading.Thread(target=editor, args=(c,)) for c in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    total = clients * requests
+    return {
+        "clients": clients,
+        "requests": total,
+        "answered_once": len(answered) == total and all(n == 1 for n in answered.values()),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "p50_ms": round(1000 * percentile(latencies, 0.5), 1),
+        "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
+        "mean_ms": round(1000 * statistics.fmean(latencies), 1),
+        "requests_per_s": round(total / wall, 3),
+    }
+
+
+def rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", args.decoder]
+    cmd += [x for o in args.option for x in ("-o", o)] + (["--model", args.model] if args.model else [])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve_load: the server exited: {proc.stderr.read().strip()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("serve_load: the server did not answer /health within 120 s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", default="1,2,4,8", help="concurrent clients per level, comma-separated")
+    ap.add_argument("--requests", type=int, default=20, help="requests per client per level")
+    ap.add_argument("--url", help="a running server; default: start one")
+    ap.add_argument("--api-key", default=os.environ.get("DLMCODE_API_KEY"))
+    ap.add_argument("--model")
+    ap.add_argument("-d", "--decoder", default="low-confidence")
+    ap.add_argument("-o", "--option", action="append", default=[])
+    ap.add_argument("--threads", type=int, help="the started server's CPU threads (OMP_NUM_THREADS)")
+    ap.add_argument("--tasks", type=int, default=50, help="distinct heldout-single holes the requests rotate over")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed requests before the first level")
+    args = ap.parse_args(argv)
+    levels = [int(n) for n in args.clients.split(",") if n.strip()]
+    pool = bodies(args.tasks)
+    proc, url = (None, args.url) if args.url else start_server(args)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        level(url, 1, args.warmup, pool, headers)
+        rows = []
+        for n in levels:
+            before = rss_mb(proc.pid if proc else None)
+            row = level(url, n, args.requests, pool, headers)
+            rows.append({**row, "rss_mb_before": before, "rss_mb_after": rss_mb(proc.pid if proc else None)})
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+    ok = all(r["answered_once"] and not r["errors"] for r in rows)
+    print(json.dumps({"url": url, "decoder": args.decoder, "options": args.option, "prefix_lines": PREFIX_LINES,
+                      "ok": ok, "levels": rows}))
+    if not ok:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""dlmcode serve on a real socket (uvicorn on 127.0.0.1, a free port) with the built-in model,
+driven by the official `openai` client and by raw HTTP bodies as llama.vim and Ollama send them.
+
+Each answer must equal what the library's own job gives for the same request (Engine.run).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from dlmcode.models import load
+from dlmcode.serve.app import make_app
+from dlmcode.serve.engine import Engine, Fill
+
+openai = pytest.importorskip("openai")
+
+PREFIX = "import os\n\n\ndef read_lines(path):\n    with open(path) as f:\n        "
+SUFFIX = "\n\n\ndef main():\n    print(read_lines('x'))\n"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(load(), lang="python")
+
+
+@pytest.fixture(scope="module")
+def app(engine):
+    return make_app(engine, api_key="k")
+
+
+@pytest.fixture(scope="module")
+def base(app):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def expected(engine: Engine, prefix: str, suffix: str, ceiling: int) -> str:
+    return engine.run(Fill(prefix, suffix, ceiling=ceiling)).text
+
+
+def test_openai_client_completion_with_suffix(base, engine):
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
+    got = client.completions.create(model="dlmcode", prompt=PREFIX, suffix=SUFFIX, max_tokens=24, temperature=0)
+    assert got.choices[0].text == expected(engine, PREFIX, SUFFIX, 24)
+    assert got.model_extra["dlmcode"]["decoder"] == "low-confidence"
+    assert [m.id for m in client.models.list()] == ["dlmcode"]
+
+
+def test_openai_client_streams(base, engine):
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
+    chunks = list(client.completions.create(model="dlmcode", prompt=PREFIX, suffix=SUFFIX, max_tokens=24, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == expected(engine, PREFIX, SUFFIX, 24)
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_openai_client_gets_errors_it_understands(base):
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        client.completions.create(model="dlmcode", prompt="x")
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="unknown decoder"):
+        client.completions.create(model="dlmcode", prompt="x", extra_body={"decoder": "nope"})
+    with pytest.raises(openai.BadRequestError, match="past the model's context"):
+        client.completions.create(model="dlmcode", prompt="x", max_tokens=5000)
+
+
+def test_llama_vim_request_over_http(base, engine):
+    # llama.vim autoload/llama.vim: the FIM request body (see test_serve.llama_vim_body), sent by curl with the key
+    body = {"id_slot": 0, "input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [], "prompt": "",
+            "n_predict": 128, "stop": [], "n_indent": 8, "top_k": 40, "top_p": 0.90,
+            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
+            "t_max_prompt_ms": 500, "t_max_predict_ms": 60000, "response_fields": ["content", "truncated"]}
+    r = httpx.post(f"{base}/infill", json=body, headers={"Authorization": "Bearer k"}, timeout=60)
+    want = engine.run(Fill(PREFIX, SUFFIX, ceiling=128, min_indent=8)).text
+    assert r.json() == {"content": want, "truncated": False}
+
+
+def test_ollama_stream_over_http(base, engine):
+    body = {"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "options": {"num_predict": 24}}  # stream: default true
+    with httpx.stream("POST", f"{base}/api/generate", json=body, headers={"Authorization": "Bearer k"}, timeout=60) as r:
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    assert lines[-1]["done"] is True
+    assert "".join(x["response"] for x in lines) == expected(engine, PREFIX, SUFFIX, 24)
+
+
+def test_many_clients_at_once_each_answered_once(base, engine):
+    want = expected(engine, PREFIX, SUFFIX, 16)
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def one():
+        r = httpx.post(f"{base}/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16},
+                       headers={"Authorization": "Bearer k"}, timeout=120)
+        with lock:
+            results.append(r.json()["content"])
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [want] * 6
+
+
+def test_a_disconnected_client_is_cancelled(base, app):
+    counters = app.state.server.queue.counters
+    before = counters.cancelled
+    slow = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 32, "decoder": "random"}  # 32 calls
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base}/infill", json=slow, headers={"Authorization": "Bearer k"}, timeout=0.15)
+    deadline = time.monotonic() + 10
+    while counters.cancelled == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert counters.cancelled == before + 1
+    r = httpx.post(f"{base}/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 8},
+                   headers={"Authorization": "Bearer k"}, timeout=60)
+    assert r.status_code == 200
