@@ -284,6 +284,25 @@ def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_dlmcode_bench_refuses_in_one_line_and_runs_unsafe_only_when_told(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from dlmcode.cli import app
+
+    model = str(tiny_builtin(tmp_path / "model"))
+    suite = tmp_path / "one.jsonl"
+    suite.write_text(json.dumps({"task_id": "t/add", "prompt": "def add(a, b):\n", "canonical_solution": "    return a + b",
+                                 "suffix": "\n", "test": "def check(f):\n    assert f(1, 2) == 3\n", "entry_point": "add"}) + "\n")  # fmt: skip
+    args = ["bench", "-s", str(suite), "-m", model, "-d", "low-confidence", "--json", "-q"]
+    monkeypatch.setattr(sandbox, "unavailable", lambda: "no user namespaces here")
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and refused.stdout == "" and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("dlmcode: error: cannot isolate generated code on this machine: no user namespaces here;")
+    assert "--unsafe-no-sandbox" in refused.stderr
+    ran = CliRunner().invoke(app, [*args, "--unsafe-no-sandbox"])
+    assert ran.exit_code == 0 and json.loads(ran.stdout)["rows"][0]["n"] == 1
+
+
 # ---------------------------------------------------------------- the wire
 
 

@@ -144,8 +144,13 @@ class _Pair:
         judged = {"code": test, "entry": entry_point, "names": names}
         try:
             self.judge, self.judge_report = _spawn(home, "judge", {"calls": calls_w, "answers": answers_r}, limits, audit, judged)
-            self.sample, self.sample_report = _spawn(home, "sample", {"calls": calls_r, "answers": answers_w}, limits, audit,
-                                                     {"code": program})  # fmt: skip
+            try:
+                self.sample, self.sample_report = _spawn(home, "sample", {"calls": calls_r, "answers": answers_w}, limits,
+                                                         audit, {"code": program})  # fmt: skip
+            except BaseException:
+                _kill(self.judge)
+                os.close(self.judge_report)
+                raise
         finally:
             for fd in (calls_r, calls_w, answers_r, answers_w):
                 os.close(fd)
