@@ -274,7 +274,7 @@ def table(summaries: Iterable[Mapping[str, Any]]) -> str:
 
 def main(args: list[str]) -> None:
     """`python -m dlmcode.heldout [model=DIR] [out=FILE.jsonl] [line=N] [lines=N] [span=N]
-    [packages=CORPUS_DIR] [decoders=a,b] [one_line=0|1]`: summaries as JSON lines on stdout
+    [packages=CORPUS_DIR] [sources=stdlib,packages] [decoders=a,b] [one_line=0|1]`: summaries as JSON lines on stdout
     (and a Markdown table of them on stderr at the end); with out=, every record is appended to
     that file too. With packages=, the held-out packages are a second source beside the stdlib's."""
     import json
@@ -290,10 +290,12 @@ def main(args: list[str]) -> None:
     packages = opts.pop("packages", None)
     decoders = {name: DEFAULT_DECODERS.get(name, {}) for name in opts.pop("decoders", ",".join(DEFAULT_DECODERS)).split(",")}
     one_line_rule = opts.pop("one_line", "1") not in ("0", "false", "no")
+    wanted = opts.pop("sources", "")  # e.g. sources=packages: only some of them
     suite = {k: int(v) for k, v in opts.items()} or DEFAULT_SUITE
     dlm = builtin.load(path, torch.device("cpu"), torch.float32)
     try:
         chosen = sources(packages)
+        chosen = {k: v for k, v in chosen.items() if k in wanted.split(",")} if wanted else chosen
     except UsageError as error:
         raise SystemExit(f"error: {error}") from None  # one line on stderr, exit 1
     summaries = []

@@ -306,8 +306,8 @@ def step_batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, step: int
 _SHARED: tuple = ()  # (stream, line_end, cfg) for batch workers, inherited through fork
 
 
-def _worker_batch(step: int):
-    return step_batch(*_SHARED, step)
+def _worker_batch(step: int) -> tuple[np.ndarray, ...]:
+    return tuple(t.numpy() for t in step_batch(*_SHARED, step))  # plain arrays: no tensor sharing through file descriptors
 
 
 def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) -> Iterator[tuple]:
@@ -327,7 +327,7 @@ def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) 
         ahead = deque(pool.apply_async(_worker_batch, (s,)) for s in range(first, first + 4 * cfg.workers))
         step = first + len(ahead)
         while True:
-            yield ahead.popleft().get()
+            yield tuple(torch.from_numpy(a) for a in ahead.popleft().get())
             ahead.append(pool.apply_async(_worker_batch, (step,)))
             step += 1
 
@@ -523,7 +523,8 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
         if state["step"] % cfg.log_every == 0:
             now = time.perf_counter()
             yield {"step": state["step"], "loss": window_loss / window_n, "tok_s": window_tok / (now - window_t),
-                   "elapsed": state["elapsed"], "lr": lr, "tokens": state["tokens"], "budget": budget}  # fmt: skip
+                   "elapsed": state["elapsed"], "lr": lr, "tokens": state["tokens"], "budget": budget,
+                   "step_limit": min((n for n in (cfg.max_steps, cfg.steps) if n), default=0)}  # fmt: skip
             window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
         decaying = done_frac(cfg, state["step"], state["elapsed"]) > 1.0 - cfg.decay_frac
         due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60

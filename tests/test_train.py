@@ -175,3 +175,17 @@ def test_training_from_a_tokenized_corpus(tmp_path):
     assert records[-1]["event"] == "done" and records[-1]["step"] == 4
     with pytest.raises(UsageError, match="384 tokens"):
         list(T.train(replace(cfg, vocab_size=512, out=str(tmp_path / "run2"))))
+
+
+def test_v2_defaults_fit_the_size_budget_and_a_512_token_canvas(tmp_path):
+    """The default training config is v2's: context 512, under 25 MB in bf16 with its tokenizer."""
+    cfg = T.TrainConfig()
+    assert cfg.seq >= 512
+    model = builtin.DlmcodeDiffusionLM(T.model_config(cfg))
+    tok = T.train_tokenizer(["def f(x):\n    return x\n"] * 4, 384)
+    builtin.save(model, tok, tmp_path / "v2", dtype=torch.bfloat16)
+    size = sum(p.stat().st_size for p in (tmp_path / "v2").iterdir())
+    assert size < 25_000_000, size
+    loaded = builtin.load(tmp_path / "v2", torch.device("cpu"), torch.float32)
+    assert loaded.context == cfg.seq
+    assert loaded.predict(torch.full((cfg.seq,), 5, dtype=torch.long)).shape == (cfg.seq, cfg.vocab_size)

@@ -207,7 +207,7 @@ def save(model: DlmcodeDiffusionLM, tokenizer: BuiltinTokenizer, path: Path, dty
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(model.cfg.to_json(), indent=2) + "\n")
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}  # a CUDA-trained model saves too
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "model.safetensors").chmod(0o644)  # safetensors writes 0600; the wheel ships it
     tokenizer.save(path / "tokenizer.json")
