@@ -273,7 +273,7 @@ def loop(cfg, dlm, model, opt, state, rng, stream, held, out: Path) -> Iterator[
         if state["step"] % cfg.log_every == 0:
             now = time.perf_counter()
             yield {"step": state["step"], "loss": loss_win / n_win, "tok_s": tok_win / (now - t_win),
-                   "elapsed": state["elapsed"], "budget": budget, "lr": lr}  # fmt: skip
+                   "elapsed": state["elapsed"], "budget": budget, "lr": lr, "step_limit": cfg.max_steps}  # fmt: skip
             t_win, tok_win, loss_win, n_win = now, 0, 0.0, 0
         if state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60:
             yield checkpoint(cfg, model, opt, state, rng, held, out, dlm.device)

@@ -114,23 +114,37 @@ def breakage_text(result: Result) -> str:
         return "breakage: not checked (unknown language; use --lang)"
     if not b.broken:
         return "breakage: none"
-    where = "inside the filled span" if b.touches_span else "outside the filled span"
-    return f"breakage: {b.new_errors} new syntax error(s), first at line {b.first_line} ({where})"
+    where = "inside" if b.touches_span else "outside"
+    lines = ", ".join(str(x) if x == y else f"{x}-{y}" for x, y in result.fill_lines)
+    filled = f"the filled lines {lines}" if lines else "the filled lines"
+    return f"breakage: {b.new_errors} new syntax error(s), first at line {b.first_line} ({where} {filled})"
 
 
 def follow_training(records: Iterator[dict], out: Console) -> dict:
-    """Draw training progress (a bar over the wall-time budget, loss, tokens/s); return the last record."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    """Draw training progress (a bar over the wall-time budget or max_steps, whichever ends the run
+    first; loss, tokens/s); return the last record. Before the first step it says what it is doing."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("training"), BarColumn(), TextColumn("step {task.fields[step]} · loss {task.fields[loss]:.3f} · "
-               "{task.fields[tok_s]:,.0f} tok/s"), TimeRemainingColumn())  # fmt: skip
+    columns = (TextColumn("training"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[status]}"), TimeRemainingColumn())
     record: dict = {}
     with Progress(*columns, console=out, transient=False, redirect_stdout=False, redirect_stderr=False) as bar:
-        task = bar.add_task("train", total=None, step=0, loss=float("nan"), tok_s=0.0)
+        task = bar.add_task("train", total=None, status="preparing data…")
         for record in records:
             if "loss" in record:
-                bar.update(task, total=record["budget"], completed=record["elapsed"], step=record["step"],
-                           loss=record["loss"], tok_s=record["tok_s"])
+                status = f"step {record['step']} · loss {record['loss']:.3f} · {record['tok_s']:,.0f} tok/s"
+                bar.update(task, total=1.0, completed=training_done(record), status=status)
+            elif record.get("event") == "data":
+                bar.update(task, status="building the model…")
             elif record.get("event") == "checkpoint":
                 bar.console.print(f"checkpoint at step {record['step']}: held-out loss {record['heldout_loss']:.4f}")
+            elif record.get("event") == "done":
+                bar.update(task, total=1.0, completed=1.0)  # the run ended: by time, by max_steps, or resumed past both
     return record
+
+
+def training_done(record: dict) -> float:
+    """Share of the run done: wall time over the budget, or steps over the step limit (max_steps, steps) if that ends it sooner."""
+    share = record["elapsed"] / record["budget"] if record.get("budget") else 0.0
+    if record.get("step_limit"):
+        share = max(share, record["step"] / record["step_limit"])
+    return min(share, 1.0)

@@ -406,3 +406,33 @@ def test_nothing_shows_while_torch_imports_unless_stderr_is_a_terminal(model, so
     os.close(main)
     assert proc.returncode == 0
     assert seen.startswith("dlmcode: starting (importing torch)…\r\x1b[K".encode())
+
+
+def training_view(records):
+    import io
+
+    from rich.console import Console
+
+    from dlmcode import view
+
+    out = io.StringIO()
+    last = view.follow_training(iter(records), Console(file=out, width=120))
+    return last, out.getvalue()
+
+
+def test_training_bar_ends_full_when_max_steps_ends_the_run():
+    from dlmcode.view import training_done
+
+    step = {"step": 60, "loss": 2.5, "tok_s": 1000.0, "elapsed": 90.0, "budget": 120.0, "step_limit": 60}
+    assert training_done(step) == 1.0 and training_done(step | {"step_limit": 0}) == 0.75
+    assert training_done(step | {"step": 30, "step_limit": 120}) == 0.75  # time leads: the bar follows it
+    last, shown = training_view([{"event": "data"}, step, {"event": "done", "step": 60}])
+    assert last == {"event": "done", "step": 60}
+    assert "100%" in shown and "step 60 · loss 2.500 · 1,000 tok/s" in shown and "75%" not in shown
+
+
+def test_training_bar_says_what_it_does_before_the_first_loss():
+    _, shown = training_view([])
+    assert "preparing data…" in shown and "nan" not in shown
+    _, shown = training_view([{"event": "data"}])
+    assert "building the model…" in shown and "nan" not in shown
