@@ -42,6 +42,7 @@ class Result:
     settings: Mapping[str, Any]
     model: str
     reopened: int = 0  # committed tokens a decoder took back (each was decoded again; TPF still counts holes)
+    fill_lines: tuple[tuple[int, int], ...] = ()  # 1-based inclusive lines of `text` each fill stands on
 
     @property
     def tpf(self) -> float:
@@ -108,6 +109,7 @@ class Job:
             settings=decoders.settings_of(self.decoder),
             model=self.dlm.name,
             reopened=sum(taken),
+            fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
         )
 
     @property

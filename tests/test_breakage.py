@@ -1,0 +1,273 @@
+"""Breakage, one rule in every mode: the output's syntax errors that the user's code did not have.
+
+Texts are built by hand in every language dlmcode knows and go through the real path:
+spans.plan_infill / plan_generate, a hand-made canvas, spans.splice, and fill.Job.breakage
+(which hands syntax.breakage the user's code and the holes). The results are exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dlmcode import spans, syntax
+from dlmcode.decoders import build
+from dlmcode.fill import Job
+from dlmcode.syntax import Breakage, Region, breakage, check
+
+PAD, MASK = 0, 1
+NONE = Breakage(0, None, False)
+
+
+class Chars:
+    """One token per character (ids above PAD and MASK)."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) + 2 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i - 2) for i in ids)
+
+
+CHARS = Chars()
+
+
+def fill(text: str, fills: list[str], lang: str, span: tuple[int, int] | None = None) -> tuple[str, Breakage]:
+    """Fill `text`'s markers (or its span) with `fills` through the plan/splice path; the output and its breakage."""
+    room = max(1, *(len(f) for f in fills))
+    plan = spans.plan_infill(text, CHARS, MASK, span, room, 1_000_000)
+    canvas = plan.canvas
+    for positions, piece in zip(plan.positions, fills):
+        ids = CHARS.encode(piece) + [PAD] * (len(positions) - len(piece))  # pad is dropped by splice
+        canvas = canvas.fill(torch.tensor(list(positions)), torch.tensor(ids))
+    return finish(plan, canvas, lang)
+
+
+def finish(plan: spans.Plan, canvas, lang: str, **job) -> tuple[str, Breakage]:
+    filled = spans.splice(plan, canvas, CHARS, drop_ids=frozenset({PAD}))
+    run = Job(plan, None, build("low-confidence"), 0, lang, **job)  # breakage needs no model
+    text = run.finish(filled) if run.finish else filled.text
+    return text, run.breakage(filled, text)
+
+
+# ---------------------------------------------------------------- per language
+# Each file is valid once its two markers hold code. The first marker stands after `return`,
+# the second alone on a line of another function's body. BAD is invalid in every language.
+
+FILES = {
+    "python": ("import os\n\n\ndef first(a, b):\n    total = a + b\n    return ⟦fill⟧\n\n\n"
+               "def second(xs):\n    out = []\n    ⟦fill⟧\n    return out\n"),
+    "javascript": ("const base = 1;\n\nfunction first(a, b) {\n  const total = a + b;\n  return ⟦fill⟧;\n}\n\n"
+                   "function second(xs) {\n  const out = [];\n  ⟦fill⟧\n  return out;\n}\n"),
+    "typescript": ("const base: number = 1;\n\nfunction first(a: number, b: number): number {\n  const total = a + b;\n"
+                   "  return ⟦fill⟧;\n}\n\nfunction second(xs: number[]): number[] {\n  const out: number[] = [];\n"
+                   "  ⟦fill⟧\n  return out;\n}\n"),
+    "tsx": ("const base: number = 1;\n\nfunction first(a: number, b: number) {\n  const total = a + b;\n"
+            "  return ⟦fill⟧;\n}\n\nfunction second(xs: number[]): number[] {\n  const out: number[] = [];\n"
+            "  ⟦fill⟧\n  return out;\n}\n"),
+    "go": ("package main\n\nvar base = 1\n\nfunc first(a int, b int) int {\n\ttotal := a + b\n\treturn ⟦fill⟧\n}\n\n"
+           "func second(xs []int) []int {\n\tout := []int{}\n\t⟦fill⟧\n\treturn out\n}\n"),
+    "rust": ("const BASE: i32 = 1;\n\nfn first(a: i32, b: i32) -> i32 {\n    let total = a + b;\n    return ⟦fill⟧;\n}\n\n"
+             "fn second(xs: &[i32]) -> Vec<usize> {\n    let mut out = Vec::new();\n    ⟦fill⟧\n    out\n}\n"),
+    "java": ("class A {\n  int base = 1;\n\n  int first(int a, int b) {\n    int total = a + b;\n    return ⟦fill⟧;\n  }\n\n"
+             "  int second(int[] xs) {\n    int out = 0;\n    ⟦fill⟧\n    return out;\n  }\n}\n"),
+    "c": ("int base = 1;\n\nint first(int a, int b) {\n  int total = a + b;\n  return ⟦fill⟧;\n}\n\n"
+          "int second(int *xs, int n) {\n  int out = 0;\n  ⟦fill⟧\n  return out;\n}\n"),
+    "cpp": ("int base = 1;\n\nint first(int a, int b) {\n  auto total = a + b;\n  return ⟦fill⟧;\n}\n\n"
+            "int second(const int *xs, int n) {\n  int out = 0;\n  ⟦fill⟧\n  return out;\n}\n"),
+}
+# Valid fills for the two markers; the second runs over two lines (it shifts nothing below it
+# that a test looks at, but the first one's does in test_a_long_first_fill_moves_the_second).
+GOOD = {
+    "python": ("total * 2", "for x in xs:\n        out.append(x)"),
+    "javascript": ("total * 2", "for (const x of xs) {\n    out.push(x); }"),
+    "typescript": ("total * 2", "for (const x of xs) {\n    out.push(x); }"),
+    "tsx": ("<b>{total}</b>", "for (const x of xs) {\n    out.push(x); }"),
+    "go": ("total * 2", "for _, x := range xs {\n\t\tout = append(out, x) }"),
+    "rust": ("total * 2", "for x in xs {\n        out.push(*x as usize); }"),
+    "java": ("total * 2", "for (int x : xs) {\n      out += x; }"),
+    "c": ("total * 2", "for (int i = 0; i < n; i++) {\n    out += xs[i]; }"),
+    "cpp": ("total * 2", "for (int i = 0; i < n; i++) {\n    out += xs[i]; }"),
+}
+BAD = "total + )"  # a bracket closed that was never opened
+MARKER_LINES = {"python": (6, 11), "javascript": (5, 10), "typescript": (5, 10), "tsx": (5, 10), "go": (7, 12),
+                "rust": (5, 10), "java": (6, 11), "c": (5, 10), "cpp": (5, 10)}  # fmt: skip
+# The user's own mistake, on the file's first code line, far from both markers.
+USER_ERROR = {
+    "python": ("import os", "import = os"),
+    "javascript": ("const base = 1;", "const base = = 1;"),
+    "typescript": ("const base: number = 1;", "const base: number = = 1;"),
+    "tsx": ("const base: number = 1;", "const base: number = = 1;"),
+    "go": ("var base = 1", "var base = = 1"),
+    "rust": ("const BASE: i32 = 1;", "const BASE: i32 = = 1;"),
+    "java": ("  int base = 1;", "  int base = = 1;"),
+    "c": ("int base = 1;", "int base = = 1;"),
+    "cpp": ("int base = 1;", "int base = = 1;"),
+}
+LANGS = list(FILES)
+
+
+def test_every_language_is_covered():
+    assert LANGS == list(syntax.LANGUAGES)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_cases_are_what_they_claim(lang):
+    # Valid apart from the markers: the good fills give a valid file, and so does the
+    # reference's own text once the markers hold code; the user's error is one broken file.
+    good, _ = fill(FILES[lang], list(GOOD[lang]), lang)
+    assert check(good, lang).ok
+    assert not check(FILES[lang].replace(*USER_ERROR[lang]), lang).ok
+    assert [FILES[lang].split("\n")[n - 1].count("⟦fill⟧") for n in MARKER_LINES[lang]] == [1, 1]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_good_fills_of_markers_are_not_broken(lang):
+    assert fill(FILES[lang], list(GOOD[lang]), lang)[1] == NONE
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_bad_fill_after_return_is_broken_on_its_line(lang):
+    first, _ = MARKER_LINES[lang]
+    _, found = fill(FILES[lang], [BAD, GOOD[lang][1]], lang)
+    assert (found.broken, found.first_line, found.touches_span) == (True, first, True)
+    assert found.new_errors == 1
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_bad_fill_of_the_second_marker_is_found_below_a_longer_first_fill(lang):
+    # The first fill runs over three lines: the second marker's line moves down by two.
+    longer = GOOD[lang][0] if lang == "tsx" else f"(\n{GOOD[lang][0]}\n)"
+    _, second = MARKER_LINES[lang]
+    _, found = fill(FILES[lang], [longer, BAD], lang)
+    assert found.broken and found.touches_span
+    assert found.first_line == second + (0 if lang == "tsx" else 2)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_several_markers_all_bad_count_each(lang):
+    _, found = fill(FILES[lang], [BAD, BAD], lang)
+    assert found.broken and found.touches_span
+    assert found.first_line == MARKER_LINES[lang][0]
+    assert found.new_errors >= 2
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_file_broken_elsewhere_good_fills_are_not_broken(lang):
+    text = FILES[lang].replace(*USER_ERROR[lang])
+    assert fill(text, list(GOOD[lang]), lang)[1] == NONE
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_file_broken_elsewhere_bad_fill_is_broken(lang):
+    text = FILES[lang].replace(*USER_ERROR[lang])
+    first, second = MARKER_LINES[lang]
+    _, found = fill(text, [BAD, GOOD[lang][1]], lang)
+    assert (found.broken, found.first_line, found.touches_span) == (True, first, True)
+    _, found = fill(text, [GOOD[lang][0], BAD], lang)
+    assert (found.broken, found.first_line, found.touches_span) == (True, second + 0, True)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_same_line_as_a_span_agrees_with_the_marker(lang):
+    # The marker's line written out with valid code and given as --span: same verdicts.
+    first, _ = MARKER_LINES[lang]
+    text = FILES[lang].replace("⟦fill⟧", GOOD[lang][0], 1).replace("⟦fill⟧", GOOD[lang][1])
+    line = text.split("\n")[first - 1]
+    head = line[: len(line) - len(line.lstrip())]
+    keep = line.strip().endswith(";") and lang not in ("python", "go")
+    bad_line = head + "return " + BAD + (";" if keep else "")
+    assert fill(text, [line], lang, span=(first, first))[1] == NONE
+    _, found = fill(text, [bad_line], lang, span=(first, first))
+    assert (found.broken, found.first_line, found.touches_span) == (True, first, True)
+
+
+# ---------------------------------------------------------------- the issue's case
+
+
+# Six invalid fills of `return ⟦fill:6⟧`: the marker's own line used to hide each of them.
+INVALID_SIX = ["x +)(2", "[x, )]", "x x x:", "x = = ", "(((x))", "x ** *"]
+
+
+@pytest.mark.parametrize("middle", INVALID_SIX)
+def test_return_marker_filled_with_invalid_code_is_broken_every_time(middle):
+    text = "def f(x):\n    return ⟦fill:6⟧\n\n\nprint(f(2))\n"
+    out, found = fill(text, [middle], "python")
+    assert out == f"def f(x):\n    return {middle}\n\n\nprint(f(2))\n"
+    assert not check(out, "python").ok
+    assert (found.broken, found.first_line, found.touches_span) == (True, 2, True)
+    assert found.new_errors == 1
+
+
+def test_a_marker_whose_empty_hole_breaks_the_line_does_not_hide_a_bad_fill():
+    # `x = ` (marker removed) is itself an error; it is the hole's, not the user's.
+    text = "a = 1\nx = ⟦fill⟧\nb = 2\n"
+    assert fill(text, ["a + 1"], "python")[1] == NONE
+    assert fill(text, ["a +"], "python")[1] == Breakage(1, 2, True)
+
+
+def test_an_empty_body_reported_on_the_next_statement_is_the_holes():
+    # compile() reports the missing body two lines below the marker, on the next code line.
+    text = "def f(x):\n    ⟦fill⟧\n\nprint(1)\n"
+    assert fill(text, ["return x"], "python")[1] == NONE
+    assert fill(text, [""], "python")[1] == Breakage(1, 4, False)  # an empty fill leaves the body missing
+
+
+def test_an_error_next_to_the_hole_is_the_holes_one_further_is_the_users():
+    near = "x = = 1\ny = ⟦fill⟧\n"  # the user's mistake is on the hole's neighbour line
+    assert fill(near, ["2"], "python")[1] == Breakage(1, 1, False)
+    far = "x = = 1\n\nz = 3\ny = ⟦fill⟧\n"  # two code lines away: the user's
+    assert fill(far, ["2"], "python")[1] == NONE
+
+
+# ---------------------------------------------------------------- generate and chat
+
+
+def generated(prompt: str, continuation: str, lang: str = "python") -> tuple[str, Breakage]:
+    plan = spans.plan_generate(prompt, CHARS, MASK, max(1, len(continuation)), 1_000_000)
+    (positions,) = plan.positions
+    ids = CHARS.encode(continuation) + [PAD] * (len(positions) - len(continuation))
+    return finish(plan, plan.canvas.fill(torch.tensor(list(positions)), torch.tensor(ids)), lang)
+
+
+def test_a_continuation_is_the_hole():
+    prompt = "import os\n\n\ndef f(x):\n"
+    assert generated(prompt, "    return x\n")[1] == NONE
+    assert generated(prompt, "    return x +)\n")[1] == Breakage(1, 5, True)
+    # The prompt's open block is the hole's to close: leaving it empty is breakage.
+    assert generated(prompt, "")[1] == Breakage(1, 4, False)
+
+
+def test_a_broken_prompt_keeps_its_own_error():
+    prompt = "x = = 1\n\nimport os\n\n\ndef f(x):\n"
+    assert generated(prompt, "    return x\n")[1] == NONE
+    assert generated(prompt, "    return )\n")[1].first_line == 7
+
+
+def test_a_chat_reply_is_all_the_models():
+    plan = spans.plan_generate("write f", CHARS, MASK, 12, 1_000_000)
+    (positions,) = plan.positions
+    reply = "def f(:\n  1\n"
+    canvas = plan.canvas.fill(torch.tensor(list(positions)), torch.tensor(CHARS.encode(reply)))
+    text, found = finish(plan, canvas, "python", finish=lambda filled: filled.fills[0])
+    assert text == reply and found.broken and found.touches_span and found.first_line == 1
+
+
+# ---------------------------------------------------------------- syntax.breakage directly
+
+
+def test_holes_in_both_texts_decide_the_pairing():
+    # Two markers on one line; the user's error below them moves down with the two-line fill.
+    before = "f(, )\nx = 1\n\n\ny = = 2\n"  # markers removed: `f(, )`
+    after = "f(a,\nb, c)\nx = 1\n\n\ny = = 2\n"
+    holes = [Region((2, 2), (2, 5)), Region((4, 4), (7, 8))]
+    assert breakage(before, after, "python", holes=holes) == NONE
+    bad = "f(a,\nb, c))\nx = 1\n\n\ny = = 2\n"
+    assert breakage(before, bad, "python", holes=[Region((2, 2), (2, 5)), Region((4, 4), (7, 9))]) == Breakage(1, 2, True)
+
+
+def test_without_holes_the_changed_run_is_the_hole():
+    # The legacy call: no holes, one rewritten run found by the texts' common ends.
+    before = "x = 1\ny = 2\nz = = 3\n"
+    assert breakage(before, before.replace("y = 2", "y = [2]"), "python") == NONE
+    assert breakage(before, before.replace("y = 2", "y = [2"), "python").first_line == 2
