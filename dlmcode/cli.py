@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from . import files
 from .errors import DlmcodeError, UsageError
@@ -25,7 +25,7 @@ from .errors import DlmcodeError, UsageError
 ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
-class OneLineErrors(TyperGroup):
+class OneLine:
     """Usage errors (`--seed abc`, an unknown flag) as one line on stderr and exit 2, like every
     other error here, in place of Typer's boxed panel."""
 
@@ -44,6 +44,21 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+
+class OneLineErrors(OneLine, TyperGroup):
+    """The `dlmcode` group, with one-line usage errors."""
+
+
+class OneLineCommand(OneLine, TyperCommand):
+    """A module's own command (`python -m dlmcode.train`), with one-line usage errors."""
+
+
+def one_command(function: Any) -> typer.Typer:
+    """A Typer app of the one command `function`, for a module entry point (`python -m dlmcode.heldout`)."""
+    single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+    single.command(cls=OneLineCommand)(function)
+    return single
 
 
 def usage_line(err: Any) -> str:

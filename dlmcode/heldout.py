@@ -25,9 +25,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+import typer
 
 from . import fill, spans, syntax
 from .models.base import Dlm
@@ -272,45 +273,77 @@ def table(summaries: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def main(args: list[str]) -> None:
-    """`python -m dlmcode.heldout [model=DIR] [out=FILE.jsonl] [line=N] [lines=N] [span=N]
-    [packages=CORPUS_DIR] [sources=stdlib,packages] [decoders=a,b] [one_line=0|1]`: summaries as JSON lines on stdout
-    (and a Markdown table of them on stderr at the end); with out=, every record is appended to
-    that file too. With packages=, the held-out packages are a second source beside the stdlib's."""
-    import json
-    import sys
+@dataclass(frozen=True)
+class EvalConfig:
+    """`python -m dlmcode.heldout` settings (key=value, parsed like training's)."""
 
-    from .errors import UsageError
+    model: str = ""  # model folder ("" = the shipped built-in model)
+    out: str = ""  # also append every record to this JSONL file
+    line: int = 0  # tasks of each kind; when none of line/lines/span is given: DEFAULT_SUITE
+    lines: int = 0
+    span: int = 0
+    packages: str = ""  # a corpus folder: its held-out packages are a second source beside the stdlib's
+    sources: str = ""  # comma-separated subset of stdlib,packages ("" = every source)
+    decoders: str = ",".join(DEFAULT_DECODERS)  # comma-separated decoder names
+    one_line: bool = True  # also run "line" tasks with line breaks banned
+    threads: int = 2  # torch CPU threads for this run
+
+    def suite(self) -> dict[str, int]:
+        given = {kind: getattr(self, kind) for kind in KINDS if getattr(self, kind)}
+        return given or dict(DEFAULT_SUITE)
+
+
+def parse_settings(args: list[str]) -> EvalConfig:
+    from .train import overrides
+
+    return overrides(EvalConfig(), args, what="evaluation setting")
+
+
+def run(cfg: EvalConfig) -> list[dict[str, Any]]:
+    """Evaluate as `cfg` says: summaries as JSON lines on stdout (every record to cfg.out too); return the summaries."""
+    import json
+
     from .models import builtin
 
-    torch.set_num_threads(2)
-    opts = dict(a.split("=", 1) for a in args)
-    path = Path(opts.pop("model", Path(__file__).parent / "weights" / "builtin"))
-    out = opts.pop("out", None)
-    packages = opts.pop("packages", None)
-    decoders = {name: DEFAULT_DECODERS.get(name, {}) for name in opts.pop("decoders", ",".join(DEFAULT_DECODERS)).split(",")}
-    one_line_rule = opts.pop("one_line", "1") not in ("0", "false", "no")
-    wanted = opts.pop("sources", "")  # e.g. sources=packages: only some of them
-    suite = {k: int(v) for k, v in opts.items()} or DEFAULT_SUITE
+    torch.set_num_threads(cfg.threads)  # a command of its own: it owns the process's threads
+    path = Path(cfg.model) if cfg.model else Path(__file__).parent / "weights" / "builtin"
+    decoders = {name: DEFAULT_DECODERS.get(name, {}) for name in cfg.decoders.split(",")}
+    chosen = sources(cfg.packages or None)
+    chosen = {k: v for k, v in chosen.items() if k in cfg.sources.split(",")} if cfg.sources else chosen
     dlm = builtin.load(path, torch.device("cpu"), torch.float32)
-    try:
-        chosen = sources(packages)
-        chosen = {k: v for k, v in chosen.items() if k in wanted.split(",")} if wanted else chosen
-    except UsageError as error:
-        raise SystemExit(f"error: {error}") from None  # one line on stderr, exit 1
     summaries = []
     for source, files in chosen.items():
-        for record in evaluate(dlm, decoders, suite, one_line_rule=one_line_rule, files=files, source=source):
-            if out:
-                with open(out, "a") as f:
+        for record in evaluate(dlm, decoders, cfg.suite(), one_line_rule=cfg.one_line, files=files, source=source):
+            if cfg.out:
+                with open(cfg.out, "a") as f:
                     f.write(json.dumps(record) + "\n")
             if record["event"] == "summary":
                 summaries.append(record)
                 print(json.dumps(record), flush=True)
-    print(table(summaries), file=sys.stderr)
+    return summaries
+
+
+def command(
+    settings: Annotated[list[str] | None, typer.Argument(help="key=value: model, out, line, lines, span, packages, sources, decoders, one_line, threads")] = None,
+) -> None:
+    """Held-out infilling evaluation of a built-in-architecture model: summaries as JSON lines on
+    stdout, then a Markdown table of them on stderr. With packages=, the held-out packages are a
+    second source beside the stdlib's."""
+    import sys
+
+    from .cli import reported
+
+    with reported():
+        summaries = run(parse_settings(settings or []))
+        print(table(summaries), file=sys.stderr)
+
+
+def main(args: list[str] | None = None) -> None:
+    """`python -m dlmcode.heldout [key=value ...]` (see `--help`)."""
+    from .cli import one_command
+
+    one_command(command)(args)
 
 
 if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1:])
+    main()

@@ -44,11 +44,12 @@ import typing
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import typer
 
 from . import settings
 from .errors import UsageError
@@ -641,7 +642,7 @@ def parse_overrides(args: list[str]) -> TrainConfig:
     return overrides(TrainConfig(), args)
 
 
-def overrides(config: Any, args: list[str], given: dict | None = None) -> Any:
+def overrides(config: Any, args: list[str], given: dict | None = None, what: str = "training setting") -> Any:
     """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values are UsageErrors.
 
     Values are parsed by dlmcode.settings, the decoders' parser: `bf16=ture` is an error, not False.
@@ -654,13 +655,30 @@ def overrides(config: Any, args: list[str], given: dict | None = None) -> Any:
             raise UsageError(f"bad -o {arg!r}: write -o key=value")
         key, raw = key.strip(), raw.strip()
         if key not in types:
-            raise UsageError(f"unknown training setting {key!r}; known: {', '.join(types)}")
+            raise UsageError(f"unknown {what} {key!r}; known: {', '.join(types)}")
         try:
             values[key] = settings.convert(raw, types[key])
         except ValueError:
-            raise UsageError(f"bad value {raw!r} for training setting {key} (expects {settings.type_name(types[key])})") from None
+            raise UsageError(f"bad value {raw!r} for {what} {key} (expects {settings.type_name(types[key])})") from None
     return replace(config, **values)
 
 
+def command(
+    settings: Annotated[list[str] | None, typer.Argument(help="training settings key=value (see TrainConfig in dlmcode/train.py)")] = None,
+) -> None:
+    """Train the built-in dLLM; one JSON progress record per line on stdout (`dlmcode train` draws a bar instead)."""
+    from .cli import reported
+
+    with reported("the run folder keeps the last checkpoint; run the same command again to resume"):
+        run(parse_overrides(settings or []))
+
+
+def main(args: list[str] | None = None) -> None:
+    """`python -m dlmcode.train [key=value ...]` (see `--help`)."""
+    from .cli import one_command
+
+    one_command(command)(args)
+
+
 if __name__ == "__main__":
-    run(parse_overrides(sys.argv[1:]))
+    main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -436,3 +437,43 @@ def test_training_bar_says_what_it_does_before_the_first_loss():
     assert "preparing data…" in shown and "nan" not in shown
     _, shown = training_view([{"event": "data"}])
     assert "building the model…" in shown and "nan" not in shown
+
+
+def module_command(module: str, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True)
+
+
+def test_training_settings_use_the_one_typed_parser():
+    from dlmcode.errors import UsageError
+    from dlmcode.train import parse_overrides
+
+    cfg = parse_overrides(["bf16=false", "lr=1e-3", "max_steps=7", "out=runs/x"])
+    assert (cfg.bf16, cfg.lr, cfg.max_steps, cfg.out) == (False, 1e-3, 7, "runs/x")
+    assert parse_overrides(["bf16=yes"]).bf16 is True
+    for bad, says in [("bf16=ture", "bad value 'ture' for training setting bf16"), ("lr=inf", "bad value 'inf' for training setting lr"),
+                      ("seq=1.5", "bad value '1.5' for training setting seq"), ("nope=1", "unknown training setting 'nope'"),
+                      ("seq", "bad -o 'seq': write -o key=value")]:
+        with pytest.raises(UsageError, match=re.escape(says)):
+            parse_overrides([bad])
+
+
+def test_python_m_dlmcode_train_is_a_typer_command_with_one_line_errors():
+    done = module_command("dlmcode.train", "bf16=ture")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "dlmcode: error: bad value 'ture' for training setting bf16 (expects bool)\n"
+    assert module_command("dlmcode.train", "--bogus").stderr.startswith("dlmcode: error: No such option: --bogus")
+    assert "key=value" in module_command("dlmcode.train", "--help").stdout
+
+
+def test_python_m_dlmcode_heldout_is_a_typer_command_over_the_same_parser():
+    from dlmcode.heldout import DEFAULT_SUITE, parse_settings
+
+    assert parse_settings([]).suite() == DEFAULT_SUITE
+    cfg = parse_settings(["line=5", "one_line=no", "decoders=threshold"])
+    assert (cfg.suite(), cfg.one_line, cfg.decoders) == ({"line": 5}, False, "threshold")
+    done = module_command("dlmcode.heldout", "line=abc")
+    assert done.returncode == 2 and done.stderr == "dlmcode: error: bad value 'abc' for evaluation setting line (expects int)\n"
+    assert "key=value" in module_command("dlmcode.heldout", "--help").stdout
