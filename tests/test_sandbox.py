@@ -279,8 +279,9 @@ def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monke
     assert not judged(FAKES["os._exit(0)"], limits=unsafe).passed  # the verdict stays the judge's
     outside = str(tmp_path / "outside.txt")
     hooked = attempts("socket.socket()", f"open(__import__('pathlib').Path({outside!r}), 'w')",
-                      f"open('x', 'w').close(); os.rename('x', {outside!r})", "subprocess.run(['true'])")  # fmt: skip
-    assert sandbox.run(hooked, SEEN.format(expected=["PermissionError"] * 4), "seen", unsafe).passed  # the hook stays
+                      f"open('x', 'w').close(); os.rename('x', {outside!r})", "subprocess.run(['true'])",
+                      f"os.open({sandbox.python_folders(everything=True)[0]!r}, os.O_RDONLY)")  # a readable dir_fd  # fmt: skip
+    assert sandbox.run(hooked, SEEN.format(expected=["PermissionError"] * 5), "seen", unsafe).passed  # the hook stays
     assert list(tmp_path.iterdir()) == []
 
 

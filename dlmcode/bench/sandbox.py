@@ -63,7 +63,7 @@ class Limits:
     memory_mb: int = 1024  # address space in MiB per process (RLIMIT_AS): allocations past it raise MemoryError
     output_mb: int = 4  # largest file (stdout/stderr included) a process may write (RLIMIT_FSIZE)
     scratch_mb: int = 64  # size of the writable /tmp inside the jail
-    processes: int = 64  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace)
+    processes: int = 16  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace)
     isolated: bool = True  # False: no jail, only limits and the audit hook (--unsafe-no-sandbox)
 
     def __post_init__(self) -> None:
