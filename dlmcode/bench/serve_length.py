@@ -50,7 +50,7 @@ def score(task: suites.Task, middle: str, tests: bool) -> dict[str, Any]:
     if tests and task.test:
         from . import sandbox
 
-        row["passed"] = sandbox.run(task.program(middle)).passed
+        row["passed"] = sandbox.run(task.code(middle), task.test, task.entry_point or "").passed
     return row
 
 
