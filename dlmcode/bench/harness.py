@@ -317,8 +317,8 @@ def _bindings(fds, names):
             found[name] = _proxy(fds, name)
         elif kind[0] == "value" and len(kind) == 2:
             found[name] = kind[1]
-        elif kind[0] == "module" and len(kind) == 2 and kind[1] in sys.stdlib_module_names:
-            found[name] = __import__(kind[1])
+        elif kind == ["module", name] and name in sys.stdlib_module_names:  # `import math`: our own math
+            found[name] = __import__(name)
     return found
 
 
