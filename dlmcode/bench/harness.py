@@ -1,8 +1,9 @@
 """The inside of a sandboxed test run: it jails itself, then runs a program or judges one.
 
-sandbox.py starts `python -I -S -B -c BOOT` and writes this module's code and a header (what
-to run, with which limits and pipes) on its stdin, marshalled. Standard library only: neither dlmcode nor its environment is importable in
-there. A test run is two such processes, joined only by two pipes:
+sandbox.py starts `python -I -S -B -c BOOT` and writes, marshalled, this module's code and a
+header (what to run, with which limits and pipes) on its stdin. Standard library only:
+neither dlmcode nor its environment is importable in there. A test run is two such
+processes, joined only by two pipes:
 
 - the sample runs the program (prompt + middle + suffix, without the test) and answers
   calls to its top-level names; it never sees the test and holds no channel to the bench;
@@ -10,22 +11,22 @@ there. A test run is two such processes, joined only by two pipes:
   the test takes from the program, e.g. HumanEval/38's encode_cyclic) is a proxy: it sends
   the arguments and gets back plain data, rebuilt by `decode` as exact builtin types. The
   judge reports "passed" on its own report pipe, which only it and the bench hold, and only
-  when check() returned. Nothing the sample does can make that line appear: an object with
-  an always-true __eq__, exit(), os._exit(0) or a forged message all end in "failed".
+  when check() returned. Nothing the sample does can make that message appear: an object
+  with an always-true __eq__, exit(), os._exit(0) or a forged message all end in "failed".
 
-The jail (`jail`), Linux namespaces through ctypes: as root, first become nobody (65534);
-then new user, mount, network, PID, IPC, UTS and cgroup namespaces; a new root on a tmpfs
-holding read-only binds of the system folders and the Python installation, /dev/null and
-friends, and a size-capped tmpfs at /tmp (the only writable place, also the working folder);
-pivot_root, the old root detached; a PID namespace whose init (a small reaper, never the
-program) takes every process with it when it exits; then, in the worker, resource limits,
-no capabilities, no_new_privs, and finally the audit hook (a second layer).
+The jail (`jail`), Linux namespaces through ctypes: new user, mount, network, PID, IPC, UTS
+and cgroup namespaces (as root, the user namespace maps only nobody, 65534, and we become
+nobody once the root is built); a new root on a tmpfs holding read-only binds of the system
+folders and the Python installation, /dev/null and friends, and a size-capped tmpfs at /tmp
+(the only writable place, also the working folder); pivot_root, the old root detached; a
+PID namespace whose init (a small reaper, never the program) takes every process with it
+when it exits; then, in the worker, resource limits, no capabilities, no_new_privs, and
+finally the audit hook (a second layer).
 
-Report lines (JSON, one a line) from the trusted parts of each process to the bench:
-{"ready": true} once jailed, the judge's {"verdict": ...}, the reaper's {"end": ...} with
-the worker's exit, or {"error": ...} when the jail could not be built.
+Reports, framed messages in the wire format below, go from the trusted parts of each process
+to the bench: {"ready": True} once jailed, the judge's {"verdict": ...}, the reaper's
+{"end": ...} with the worker's exit, or {"error": ...} when the jail could not be built.
 """
-
 import os
 import resource
 import _signal as signal  # not `signal`: it imports enum, a tenth of a start
