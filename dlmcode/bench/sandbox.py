@@ -120,7 +120,10 @@ def unavailable() -> str | None:
     if os.uname().machine not in harness.PIVOT_ROOT:
         return f"dlmcode does not know pivot_root's system call number on {os.uname().machine}"
     with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
-        proc, report_r = _spawn(Path(home), "probe", {}, Limits(), audit=False)
+        try:
+            proc, report_r = _spawn(Path(home), "probe", {}, Limits(), audit=False)
+        except OSError as err:
+            return f"Python could not be started ({err})"
         lines, _ = _read_report(report_r, time.perf_counter() + PROBE_TIMEOUT, stop=lambda line: "verdict" in line)
         _kill(proc)
     for line in lines:
