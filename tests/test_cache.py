@@ -308,3 +308,19 @@ def test_cli_cache_flag_and_speed_command(tiny_dlm, tmp_path):
     assert out.exit_code == 0 and "x call" in out.stderr  # the table goes to stderr, the JSON to stdout
     assert [(r["decoder"], r["cache"]) for r in doc["rows"]] == [
         ("low-confidence", "none"), ("low-confidence", "dual"), ("threshold", "none"), ("threshold", "dual")]
+
+
+def test_speed_stand_ins_leave_the_global_rng_alone_and_are_seeded():
+    from dlmcode.bench import standins
+
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    one = standins.published("llada-8b", CPU, torch.float32, SMALL["llada-8b"])
+    two = standins.published("llada-8b", CPU, torch.float32, SMALL["llada-8b"])
+    other = standins.published("llada-8b", CPU, torch.float32, SMALL["llada-8b"], seed=1)
+    assert torch.equal(torch.get_rng_state(), state)
+    ids = torch.arange(12)
+    assert torch.equal(one.predict(ids), two.predict(ids)) and not torch.equal(one.predict(ids), other.predict(ids))
+    built = standins.builtin_stand_in(CPU)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(built.predict(ids), standins.builtin_stand_in(CPU).predict(ids))

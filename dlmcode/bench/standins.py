@@ -5,6 +5,8 @@ A stand-in runs dlmcode's own code for that architecture (models/builtin.py, nat
 native_dream.py) with random weights: every matrix product, cache and decoder costs what it
 costs with the real weights, but its predictions are noise, so TPF and outputs mean nothing.
 Prompts are tokenized with the built-in model's tokenizer (its ids exist in every vocabulary here).
+Weights come from a generator of their own (`seed`): building a stand-in never touches torch's
+global random state, so it cannot change what a caller's seeded code does next.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ DREAM_7B: dict[str, Any] = {
 SHAPES = {"llada-8b": ("llada", LLADA_8B), "dream-7b": ("dream", DREAM_7B)}
 
 
-def builtin_stand_in(device: torch.device) -> Dlm:
+def builtin_stand_in(device: torch.device, seed: int = 0) -> Dlm:
     """A random model of the built-in architecture and size, for timing when the trained weights are not installed."""
     from ..models import builtin
     from ..train import train_tokenizer
@@ -50,13 +52,16 @@ def builtin_stand_in(device: torch.device) -> Dlm:
     text = [p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parent.parent.rglob("*.py"))]
     tok = train_tokenizer(text, builtin.BuiltinConfig().vocab_size)
     cfg = builtin.BuiltinConfig(vocab_size=tok.tok.get_vocab_size())
+    with torch.device("meta"):  # no weights drawn from the global generator while building
+        model = builtin.DlmcodeDiffusionLM(cfg, init_weights=False)
+    model = randomize(model.to_empty(device=torch.device("cpu")), seed)
     with tempfile.TemporaryDirectory() as tmp:
-        builtin.save(builtin.DlmcodeDiffusionLM(cfg), tok, Path(tmp), dtype=torch.float32)
+        builtin.save(model, tok, Path(tmp), dtype=torch.float32)
         dlm = builtin.load(Path(tmp), device, torch.float32)
     return dataclasses.replace(dlm, name="random stand-in of the built-in architecture")
 
 
-def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: dict[str, Any] | None = None) -> Dlm:
+def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: dict[str, Any] | None = None, seed: int = 0) -> Dlm:
     """A random model with the published config.json of `shape` (SHAPES), built straight on `device` in `dtype`.
 
     `overrides` replace config.json fields (tests shrink the model with them).
@@ -71,7 +76,7 @@ def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: d
             "dream": lambda c: native_dream.DreamLM(native_dream.DreamConfig.from_json(c))}[family]  # fmt: skip
     with torch.device("meta"):
         model = make(config)
-    model = randomize(model.to_empty(device=device).to(dtype)).eval()
+    model = randomize(model.to_empty(device=device).to(dtype), seed).eval()
     align = dream.align if family == "dream" else None
     lookback = 1 if family == "dream" else 0  # Dream scores position i from hidden state i - 1 (models/dream.py)
     tokenizer = builtin.BuiltinTokenizer.from_file(builtin_path() / "tokenizer.json")
@@ -92,11 +97,14 @@ def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: d
 
 
 @torch.no_grad()
-def randomize(model: nn.Module) -> nn.Module:
-    """Weights as a fresh transformer has them: matrices N(0, 0.02), norm scales 1, biases 0."""
+def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Weights as a fresh transformer has them: matrices N(0, 0.02), norm scales 1, biases 0,
+    drawn from a generator seeded with `seed` on each parameter's device (never the global one)."""
+    generators: dict[torch.device, torch.Generator] = {}
     for name, p in model.named_parameters():
         if p.ndim > 1:
-            p.normal_(0.0, 0.02)
+            g = generators.setdefault(p.device, torch.Generator(device=p.device).manual_seed(seed))
+            p.normal_(0.0, 0.02, generator=g)
         elif name.endswith("bias"):
             p.zero_()
         else:

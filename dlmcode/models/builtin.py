@@ -222,7 +222,8 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> DlmcodeD
         cfg = BuiltinConfig.from_json(read_config(Path(path)))
     except ValueError as err:
         raise ModelError(f"model folder {where!r}: config.json: {err}") from None
-    model = DlmcodeDiffusionLM(cfg, init_weights=False)  # not on "meta": that imports torch._refs (seconds)
+    with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global generator: give it back untouched
+        model = DlmcodeDiffusionLM(cfg, init_weights=False)  # not on "meta": that imports torch._refs (seconds)
     state = read_weights(Path(path) / "model.safetensors")
     check_shapes(where, model, state)
     model.load_state_dict(state)
