@@ -197,15 +197,17 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
         while bool(canvas.holes[span][upto].any()):
             logits = predict(canvas.tokens)  # (L, V)
             calls += 1
-            window = _window(canvas, span, logits, decoder.temperature, rng, current, upto, Block(number, len(runs), len(positions), step), calls)
+            block = Block(number, len(runs), len(positions), step)
+            window = _window(canvas, span, logits, decoder.temperature, rng, current, upto, block, calls)
             revision = decoder.revise(window, memory, rng)
             commit, scores, reopen = _checked(revision, window, budget)
             budget -= len(reopen)
             total += len(reopen)
             ids = window.ids[commit].to(span.device)
-            commit, reopen = commit.to(span.device), reopen.to(span.device)  # decoders work where the logits are; the canvas stays put
+            commit, reopen = commit.to(span.device), reopen.to(span.device)  # decoders work where the logits are
             canvas = (canvas.reopen(span[reopen]) if reopen.numel() else canvas).fill(span[commit], ids)
-            yield Step(index, canvas, span[commit], scores.to(span.device), calls, {"block": number, "reopened": total}, span[reopen])
+            info = {"block": number, "reopened": total}  # reopened: tokens taken back so far
+            yield Step(index, canvas, span[commit], scores.to(span.device), calls, info, span[reopen])
             index += 1
             step += 1
 
