@@ -448,13 +448,15 @@ def bench(
         limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory, "isolated": not unsafe_no_sandbox}
         run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size)
         quiet = quiet or not run.ranks.lead
-        dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet, offline)
-        run.load(dlm)
-        con, title = view.console(quiet), f"bench · {suite} · {len(run.suite.tasks)} tasks"
-        for note in run.notes:
-            con.print(note, soft_wrap=True)
-        board = live.Board(run.configs, len(run.tasks), con, title, run.suite.has_tests)
-        summary = run.finish(board.follow(run.stream(dlm), run.done()), dlm.name)
+        run.ranks.join(device)  # under torchrun: join before loading, so a rank that fails tells the others
+        with run.ranks.failing_fast():
+            dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet, offline)
+            run.load(dlm)
+            con, title = view.console(quiet), f"bench · {suite} · {len(run.suite.tasks)} tasks"
+            for note in run.notes:
+                con.print(note, soft_wrap=True)
+            board = live.Board(run.configs, len(run.tasks), con, title, run.suite.has_tests)
+            summary = run.finish(board.follow(run.stream(dlm), run.done()), dlm.name)
         if summary is None:
             return
         con.print(live.summary_table(summary, title))

@@ -477,3 +477,32 @@ def test_python_m_dlmcode_heldout_is_a_typer_command_over_the_same_parser():
     done = module_command("dlmcode.heldout", "line=abc")
     assert done.returncode == 2 and done.stderr == "dlmcode: error: bad value 'abc' for evaluation setting line (expects int)\n"
     assert "key=value" in module_command("dlmcode.heldout", "--help").stdout
+
+
+def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
+    """Two `python -m dlmcode bench` processes with torchrun's worker environment; rank 1's model is
+    missing. Rank 0 must stop with one line naming rank 1's error, not wait for it at the gather."""
+    import socket
+    import subprocess
+    import sys
+
+    code = tmp_path / "code"
+    code.mkdir()
+    for i in range(6):
+        (code / f"m{i}.py").write_text("".join(f"def f{i}_{j}(a, b):\n    return a * {j} + b\n\n\n" for j in range(20)))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = os.environ | {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "DLMCODE_THREADS": "1"}
+    models = [model, str(tmp_path / "missing-model")]
+    ranks = [subprocess.Popen([sys.executable, "-m", "dlmcode", "bench", "-s", str(code), "-m", models[r], "--out", str(tmp_path / "out"), "-q"],
+                              env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]  # fmt: skip
+    (_, lead_err), (_, other_err) = (rank.communicate(timeout=120) for rank in ranks)
+    assert [rank.returncode for rank in ranks] == [1, 1]
+    assert other_err.strip().splitlines() == [f"dlmcode: error: no such model folder: {models[1]}"]
+    (line,) = lead_err.strip().splitlines()
+    assert line == (f"dlmcode: error: stopping rank 0: rank 1 failed: no such model folder: {models[1]};"
+                    " run the same command again to resume")
+    done = (tmp_path / "out" / "samples.rank0.jsonl").read_text().splitlines()
+    assert 1 <= len(done) < 10  # it stopped at its next sample, far short of its share

@@ -11,6 +11,7 @@ gathers the Samples and writes the same outputs one process would.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -39,6 +40,7 @@ ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token
 SAMPLES_FILE = "samples.jsonl"
 PART_FILE = "samples.rank{}.jsonl"  # a rank's samples while a sharded run is going
 GATHER_TIMEOUT = timedelta(hours=12)  # ranks that finish early wait this long for the others
+FAILED_KEY = "dlmcode/bench/failed"  # set in the process group's store by a rank that fails, read by the others
 RUN_SETTINGS = ("cache", "cache_refresh")  # settings of how a decoder is run, not of the decoder: every decoder has them
 
 
@@ -327,6 +329,14 @@ class Ranks:
             torch.cuda.set_device(self.local)
         dist.init_process_group("nccl" if own_gpu else "gloo", timeout=GATHER_TIMEOUT)
 
+    def join(self, device: str) -> None:
+        """start() for the device `device` names (before the model loads): CUDA when it resolves to CUDA."""
+        import torch
+
+        name = self.device(device)
+        cuda = name.startswith("cuda") or (name == "auto" and torch.cuda.is_available())
+        self.start("cuda" if cuda else "cpu")
+
     def gather(self, rows: list[dict]) -> list[dict] | None:
         """Every rank's rows on rank 0 (None elsewhere); then leave the process group."""
         if self.world == 1:
@@ -334,9 +344,45 @@ class Ranks:
         import torch.distributed as dist
 
         parts: list | None = [None] * self.world if self.lead else None
-        dist.gather_object(rows, parts, dst=0)
+        try:
+            dist.gather_object(rows, parts, dst=0)
+        except RuntimeError as err:  # a rank died after joining: gloo/nccl notice the closed connection
+            raise DlmcodeError(f"rank {self.rank}: {self.failed() or 'another rank stopped'} ({str(err).strip().splitlines()[0][:200]})") from None
         dist.destroy_process_group()
         return [row for part in parts for row in part] if parts is not None else None
+
+    def store(self) -> Any:
+        """The process group's key-value store, or None outside a joined multi-rank run."""
+        import torch.distributed as dist
+
+        if self.world == 1 or not dist.is_initialized():
+            return None
+        return dist.distributed_c10d._get_default_store()
+
+    def failed(self) -> str | None:
+        """What a rank that failed reported ('rank N failed: why'), or None."""
+        store = self.store()
+        if store is None:
+            return None
+        try:
+            return store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
+        except RuntimeError:  # rank 0, which holds the store, is gone
+            return "rank 0 stopped"
+
+    @contextlib.contextmanager
+    def failing_fast(self) -> Iterator[None]:
+        """On an error in this rank, tell the others through the store before leaving, so that they
+        stop at their next sample instead of waiting at the gather (GATHER_TIMEOUT) for this one."""
+        try:
+            yield
+        except BaseException as err:
+            store = self.store()
+            if store is not None and not isinstance(err, GeneratorExit):
+                with contextlib.suppress(Exception):
+                    if not store.check([FAILED_KEY]):
+                        why = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+                        store.set(FAILED_KEY, f"rank {self.rank} failed: {why}")
+            raise
 
 
 # ---------------------------------------------------------------- a whole bench
@@ -397,7 +443,8 @@ class BenchRun:
     def stream(self, dlm: Dlm) -> Iterator[Sample]:
         """Join the ranks, then decode this rank's missing samples, appending each to --out."""
         self.ranks.start(dlm.device.type)
-        stream = samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous, self.batch_size)
+        stream = watched(samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous, self.batch_size),
+                         self.ranks)
         if self.out is None:
             return stream
         name = SAMPLES_FILE if self.ranks.world == 1 else PART_FILE.format(self.ranks.rank)
@@ -431,6 +478,15 @@ class BenchRun:
             "quality": "pass_at_1" if self.suite.has_tests else "exact_match",
             "rows": rows(current, self.configs),
         }
+
+
+def watched(stream: Iterator[Sample], ranks: Ranks) -> Iterator[Sample]:
+    """`stream`, stopping with one clear error as soon as another rank reports that it failed."""
+    for sample in stream:
+        yield sample
+        why = ranks.failed() if ranks.world > 1 else None
+        if why:
+            raise DlmcodeError(f"stopping rank {ranks.rank}: {why}; run the same command again to resume")
 
 
 def attach_all(configs: list[Config], dlm: Dlm, strict: bool) -> tuple[list[Config], list[str]]:
