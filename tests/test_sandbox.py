@@ -214,6 +214,16 @@ def test_a_subprocess_runs_as_nobody_without_privileges():
     assert sees(program, ["65534", "65534", "no-proc"]).passed
 
 
+def test_no_namespace_of_its_own_and_no_capabilities():
+    program = ("import ctypes, errno\n"
+               "libc = ctypes.CDLL(None, use_errno=True)\n"
+               "tries = [libc.unshare(0x10000000), errno.errorcode[ctypes.get_errno()]]  # a user namespace: fresh capabilities\n"
+               "tries += [libc.unshare(0x20000), errno.errorcode[ctypes.get_errno()]]  # a mount namespace\n"
+               "tries += [libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), errno.errorcode[ctypes.get_errno()]]\n"
+               "def seen():\n    return tries\n")  # fmt: skip
+    assert sees(program, [-1, "ENOSPC", -1, "EPERM", -1, "EPERM"]).passed
+
+
 def alive(token: str) -> list[str]:
     found = []
     for proc in Path("/proc").iterdir():

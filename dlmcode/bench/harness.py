@@ -525,12 +525,23 @@ def jail(header):
         _await_helper(*helper)
     else:
         _map_ids()
+    _no_more_namespaces()
     _check("making our mounts private", libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
     sources = {path: os.open(path, os.O_PATH) for path in _binds(spec)}  # here: in our mount namespace, still able to read them
     if helper:
         _become(spec)
     _new_root(libc, sources, spec)
     return _fork_init(libc, header)
+
+
+def _no_more_namespaces():
+    """No user namespace can be made inside ours (as bubblewrap's --disable-userns): the worker
+    cannot give itself a fresh set of capabilities, even over namespaces of its own."""
+    try:
+        with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+            handle.write("0")
+    except OSError as err:
+        raise JailError(f"limiting user namespaces: {err.strerror}") from None
 
 
 def _binds(spec):
