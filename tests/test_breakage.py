@@ -7,13 +7,24 @@ spans.plan_infill / plan_generate, a hand-made canvas, spans.splice, and fill.Jo
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from dlmcode import spans, syntax
+from dlmcode.bench import metrics, runner
+from dlmcode.bench.sandbox import Limits
+from dlmcode.bench.suites import Task
+from dlmcode.cli import app
 from dlmcode.decoders import build
 from dlmcode.fill import Job
+from dlmcode.models.base import Dlm
 from dlmcode.syntax import Breakage, Region, breakage, check
+
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 PAD, MASK = 0, 1
 NONE = Breakage(0, None, False)
@@ -271,3 +282,87 @@ def test_without_holes_the_changed_run_is_the_hole():
     before = "x = 1\ny = 2\nz = = 3\n"
     assert breakage(before, before.replace("y = 2", "y = [2]"), "python") == NONE
     assert breakage(before, before.replace("y = 2", "y = [2"), "python").first_line == 2
+
+
+# ---------------------------------------------------------------- compare and bench use the same rule
+
+
+def closing_brackets() -> Dlm:
+    """A model whose every hole becomes ')'."""
+
+    def predict(tokens: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(len(tokens), 130)  # (L, V)
+        logits[:, CHARS.encode(")")[0]] = 5.0
+        return logits
+
+    return Dlm("closing", "test", CHARS, MASK, None, PAD, 512, predict, torch.device("cpu"), torch.float32,
+               special_ids=frozenset({PAD, MASK}))  # fmt: skip
+
+
+def test_compare_and_bench_count_a_bad_marker_fill_as_broken():
+    dlm = closing_brackets()
+    (config,) = runner.configs(["low-confidence"], [], [])
+    # compare: the marker's own text must not hide the fill's error
+    sample = runner.compare_one("def f(x):\n    return ⟦fill:2⟧\n", None, "f.py", dlm, config, 0, "python", None)
+    assert sample.output == "def f(x):\n    return ))\n"
+    assert sample.breakage == {"broken": True, "new_errors": 1, "first_line": 2, "touches_span": True}
+    assert metrics.tally([sample])["breakage_rate"] == 1.0
+    # bench: an infilling task goes through a marker plan; its hidden middle is the user's text
+    task = Task("t/f", "def f(x):\n    return ", "\n", canonical="x + 1")
+    found = runner.run_one(task, config, dlm, 0, 8, Limits())
+    assert found.output == ")))))" and found.breakage["broken"] and found.breakage["first_line"] == 2
+    assert metrics.tally([found])["breakage_rate"] == 1.0
+
+
+# ---------------------------------------------------------------- the command line: summary and check
+
+FUNS = "".join(f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8))
+SUMMARY = re.compile(r"breakage: (\d+) new syntax error\(s\), first at line (\d+) \((inside|outside) the filled lines (\d+)\)")
+
+
+@pytest.mark.parametrize(("span", "length"), [("21", "1"), ("22", "1"), ("21", "2")])
+def test_infill_summary_names_the_real_line_and_agrees_with_itself(tmp_path, span, length):
+    # A token or two cannot stand for an `if` line above its block, or for the block's only
+    # line: the shipped model's fill breaks the file, and the summary must say where.
+    path = tmp_path / "funs.py"
+    path.write_text(FUNS)
+    result = CliRunner().invoke(app, ["infill", str(path), "--span", span, "--length", length])
+    assert result.exit_code == 0, result.stderr
+    found = SUMMARY.search(result.stderr)
+    assert found, result.stderr
+    first, where, filled = int(found[2]), found[3], int(found[4])
+    line, out = int(span), result.stdout
+    assert filled == line and out.count("\n") == FUNS.count("\n")  # a one-line fill, on the span's line
+    assert out.split("\n")[: line - 1] == FUNS.split("\n")[: line - 1]
+    assert out.split("\n")[line:] == FUNS.split("\n")[line:]
+    assert (where == "inside") == (first == filled)
+    # The line named is where the compiler (the precise checker) places the new mistake;
+    # tree-sitter's ERROR node for it may start lines above, at the function or the file's top.
+    (problem,) = [p for p in check(out, "python", raw=True).problems if p.kind == "compile"]
+    assert first == problem.line and first in (line, line + 1)
+
+
+BROKEN_LINE = {  # a line that breaks an otherwise valid file, and where `check` must place it
+    "python": ("".join(f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8)),
+               "    ]]", "21:5: unmatched ']'"),
+    "rust": ("".join(f"fn f{i}(x: i32) -> i32 {{\n    let y = x + {i};\n    if y > 2 {{\n        return y;\n    }}\n    y * {i}\n}}\n\n"
+                     for i in range(8)), "    y = ) (", "21:9: unexpected ')'"),
+}
+
+
+@pytest.mark.parametrize("lang", list(BROKEN_LINE))
+def test_check_reports_one_broken_line_once_at_its_place(tmp_path, lang):
+    # tree-sitter wraps everything from the file's top to the bad line in one ERROR node:
+    # it used to be printed as a second problem at 1:1 (python) or as the only one (rust).
+    text, bad, place = BROKEN_LINE[lang]
+    lines = text.split("\n")
+    lines[20] = bad
+    path = tmp_path / ("f.py" if lang == "python" else "f.rs")
+    path.write_text("\n".join(lines))
+    if lang == "python":  # the raw tree-sitter report still has the file-top node
+        assert [(p.line, p.column) for p in check("\n".join(lines), lang, raw=True).problems][0] == (1, 0)
+    result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [f"{path}:{place}"]
+    report = check("\n".join(lines), lang)
+    assert report.errors == 1 and len(report.problems) == 1
