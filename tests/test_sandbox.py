@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -251,14 +252,22 @@ def test_orphans_die_with_the_sample():
     assert alive(token) == []
 
 
-@pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.killpg(0, 9)", "os.kill(-1, 9)",
-                                  f"os.kill({os.getpid()}, 9)", f"os.killpg({os.getpgid(0)}, 9)"])  # fmt: skip
-def test_the_bench_cannot_be_killed(kill):
-    outcome = judged(f"import os\ntry:\n    {kill}\nexcept OSError:\n    pass\ndef f(x):\n    return x\n",
-                     "def check(c):\n    assert c(1) == 1\n")  # fmt: skip
-    assert os.getpid()  # we are still here
-    if kill.startswith("os.killpg(0"):  # its own group: the sample ends itself, nothing else
-        assert outcome.status in ("failed", "killed")
+@pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.kill(-1, 9)", "os.kill(VICTIM, 9)",
+                                  "os.killpg(VICTIM, 9)", "os.kill(BENCH, 9)", "os.killpg(0, 9)"])  # fmt: skip
+def test_nothing_outside_can_be_killed(kill):
+    """A process of the jail's own user outside it (the victim) and the bench survive every kill."""
+    nobody = {"user": harness.NOBODY, "group": harness.NOBODY} if os.geteuid() == 0 else {}
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True, **nobody)
+    try:
+        program = (f"import os\nVICTIM, BENCH = {victim.pid}, {os.getpid()}\n"
+                   f"try:\n    {kill}\nexcept OSError:\n    pass\ndef f(x):\n    return x\n")  # fmt: skip
+        outcome = judged(program, "def check(c):\n    assert c(1) == 1\n")
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+    if kill == "os.killpg(0, 9)":
+        assert outcome.status == "killed"  # its own process group: it killed itself, nothing else
     else:
         assert outcome.passed, outcome  # nothing it could reach was killed, itself included
 
