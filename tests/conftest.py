@@ -5,6 +5,8 @@ Keep this small and generic; put fixtures one test file needs in that file.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from dlmcode.canvas import Canvas
 # Tests use tiny tensors: one intra-op thread avoids spin-waiting on busy shared CPUs, where two
 # threads made a tiny decode ~100x slower.
 torch.set_num_threads(1)
+os.environ.setdefault("DLMCODE_THREADS", "1")  # the CLI run in-process (CliRunner) sets threads from the load otherwise
 
 
 class TinyModel:

@@ -324,3 +324,14 @@ def test_speed_stand_ins_leave_the_global_rng_alone_and_are_seeded():
     built = standins.builtin_stand_in(CPU)
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.equal(built.predict(ids), standins.builtin_stand_in(CPU).predict(ids))
+
+
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_a_cache_without_block_decoding_still_caches_the_context_around_the_holes(mode):
+    """block=0 (the CLI's default) makes all holes one block: the context before (prefix) or around (dual)
+    them is kept, so --cache without a block is not a no-op and is accepted."""
+    model, pr = cached("builtin", mode, block=0, spy=True)
+    final = decode(pr, canvas(prompt=10, holes=6, suffix=5))
+    assert pr.full_calls == 1 and pr.cached_calls == final.calls - 1 > 0
+    last_run = pr.run.runs[-1]
+    assert last_run == ((10, 11) if mode == "prefix" else (10, 6))  # (start, positions run): the holes onward, or the holes

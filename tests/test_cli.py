@@ -506,3 +506,36 @@ def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
                     " run the same command again to resume")
     done = (tmp_path / "out" / "samples.rank0.jsonl").read_text().splitlines()
     assert 1 <= len(done) < 10  # it stopped at its next sample, far short of its share
+
+
+def test_thread_default_leaves_busy_cores_alone_and_takes_the_knob():
+    from dlmcode import cpu
+    from dlmcode.errors import UsageError
+
+    assert cpu.free_cores(2, 0.0, 2) == 2 and cpu.free_cores(2, 0.3, 2) == 1 and cpu.free_cores(2, 6.3, 2) == 1
+    assert cpu.free_cores(8, 0.2, 8) == 7 and cpu.free_cores(8, 2.5, 8) == 5 and cpu.free_cores(64, 0.0, 16) == 16
+    assert cpu.threads_wanted({}, cores=8, load=2.5, torch_default=8) == 5
+    assert cpu.threads_wanted({"DLMCODE_THREADS": "3"}, cores=8, load=7.0, torch_default=8) == 3
+    assert cpu.threads_wanted({"OMP_NUM_THREADS": "4"}, cores=8, load=0.0, torch_default=4) is None  # torch read it itself
+    with pytest.raises(UsageError, match="DLMCODE_THREADS='0': give a number of threads, 1 or more"):
+        cpu.threads_wanted({"DLMCODE_THREADS": "0"})
+
+
+def test_the_command_line_sets_threads_and_the_library_does_not(model, source):
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; torch.set_num_threads(2); from dlmcode import models; models.load(sys.argv[1], device='cpu');"
+            " assert torch.get_num_threads() == 2; from dlmcode.cli import main; sys.argv = ['dlmcode', *sys.argv[2:]]; main()")
+    args = [sys.executable, "-c", code, model, "infill", str(source), "--span", "2", "-m", model, "-q"]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    bad = subprocess.run(args, capture_output=True, text=True, env=env | {"DLMCODE_THREADS": "many"})
+    assert bad.returncode == 2 and bad.stderr == "dlmcode: error: DLMCODE_THREADS='many': give a number of threads, 1 or more\n"
+    assert subprocess.run(args, capture_output=True, text=True, env=env | {"DLMCODE_THREADS": "1"}).returncode == 0
+
+
+def test_compare_labels_the_span_in_its_header(model, source, monkeypatch):
+    monkeypatch.chdir(source.parent)  # a short name: the header fits on one line
+    result = run("compare", source.name, "--span", "2", "-d", "threshold", "-m", model)
+    assert result.exit_code == 0, result.stderr
+    assert "compare · point.py · lines 2 · 1 run(s) each" in result.stderr
