@@ -336,3 +336,24 @@ def test_two_ranks_give_the_summary_of_one(one_process, model, tasks_file, tmp_p
                             for line in path.read_text().splitlines()]  # fmt: skip
     assert untimed(out / "samples.jsonl") == untimed(one_process[1] / "samples.jsonl")
     assert not list(out.glob("samples.rank*.jsonl"))
+
+
+def test_the_table_counts_reopened_tokens_only_when_a_decoder_took_some_back():
+    import io
+
+    from rich.console import Console
+
+    from dlmcode.bench import live
+
+    row = {"n": 2, "pass_at_1": None, "exact_match": 0.5, "breakage_rate": 0.0, "trivial": 0.5, "tpf": 2.0, "calls": 3.0,
+           "tokens_per_s": 9.0, "reopened": 0}  # fmt: skip
+
+    def drawn(*lines):
+        out = Console(file=io.StringIO(), width=80)
+        out.print(live.table("t", list(lines), 2, False))
+        return out.file.getvalue()
+
+    plain = drawn(("threshold", row))
+    assert "reopen" not in plain and "trivial" in plain and "50.0%" in plain
+    taken = drawn(("wino", row | {"reopened": 17}), ("threshold", row))
+    assert "reopen" in taken and " 17 " in taken

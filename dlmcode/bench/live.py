@@ -1,8 +1,8 @@
 """The live view of `compare` and `bench` on stderr: one row per decoder setting.
 
 Each row: a progress bar, pass@1 (where tests run), exact match against the original
-middle, the running breakage rate, the trivial-fill rate (dlmcode/trivial.py), TPF, calls and
-completion tokens per second. Only
+middle, the running breakage rate, the trivial-fill rate (dlmcode/trivial.py), TPF, calls,
+tokens reopened (only when a remasking decoder took some back) and completion tokens per second. Only
 draws; it animates only when stderr is a terminal (elsewhere a progress line a minute), and the
 final table is the same table without the progress bars.
 """
@@ -88,13 +88,14 @@ def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool
     rates = ["pass@1"] * show_pass + ["exact", "breakage", "trivial"]
     grid = Table(title=title, title_justify="left", header_style="bold", collapse_padding=True, pad_edge=False)  # fits 80 columns
     grid.add_column("setting", no_wrap=True, min_width=max((len(label) for label, _ in lines), default=7))
-    for name in ["progress"] * bar + ["done", *rates, "TPF", "calls", "tok/s"]:
+    taken = any(row.get("reopened") for _, row in lines)  # a remasking decoder took tokens back: say how many
+    for name in ["progress"] * bar + ["done", *rates, "TPF", "calls"] + ["reopen"] * taken + ["tok/s"]:
         grid.add_column(name, justify="left" if name == "progress" else "right")
     for label, row in lines:
         values = [row["pass_at_1"]] * show_pass + [row["exact_match"], row["breakage_rate"], row.get("trivial")]
         progress = [ProgressBar(total=total, completed=row["n"], width=BAR_WIDTH)] * bar
         grid.add_row(label, *progress, f"{row['n']}/{total}", *map(_percent, values), _number(row["tpf"], 2),
-                     _number(row["calls"], 1), _number(row["tokens_per_s"], 1))
+                     _number(row["calls"], 1), *[str(row.get("reopened", 0))] * taken, _number(row["tokens_per_s"], 1))
     return grid
 
 
