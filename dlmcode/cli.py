@@ -521,6 +521,7 @@ def serve(
     cache_refresh: CacheRefresh = 0,
     api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY", help="require Authorization: Bearer KEY on every request [env DLMCODE_API_KEY]")] = None,
     lang: Annotated[str | None, typer.Option(help="language of the syntax rule and breakage [default: python for the built-in model, none otherwise]")] = None,
+    lines: Annotated[int, typer.Option(help="a fill ends after this many non-blank lines; 0 = no limit")] = 1,
     device: Device = "auto",
     dtype: Dtype = "auto",
     family: Family = None,
@@ -537,10 +538,12 @@ def serve(
         lang_name = syntax.language_for(lang=lang) if lang else None
         if not 0 < port < 65536:
             raise UsageError(f"--port {port}: give 1 to 65535")
+        if lines < 0:
+            raise UsageError(f"--lines {lines}: give a number of lines, or 0 for no limit")
         from . import serve as server
 
         dlm = load_model(model, device, dtype, family, trust_remote_code, quiet=False)
-        engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode")
+        engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines)
         server.run(engine, host, port, api_key or None)
 
 

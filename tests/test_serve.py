@@ -311,15 +311,27 @@ def test_holes_follow_the_ceiling_and_the_family_cap():
 def test_stop_strings_and_n_indent_cut_the_fill():
     script = "x = 1\n    y = 2\nz = 3"
     c, _ = client(script=script, prefix="def f():\n    ")
-    body = {"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40}
+    body = {"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40, "lines": 0}
     assert c.post("/infill", json={**body, "stop": ["y ="]}).json()["content"] == "x = 1\n    "
     got = c.post("/infill", json={**body, "n_indent": 4}).json()
     assert got["content"] == "x = 1\n    y = 2" and got["stop_type"] == "word"
 
 
+def test_line_rule_ends_the_fill_after_its_first_non_blank_lines_and_saves_calls():
+    script = "\n    a = 1\n    b = 2\n    c = 3"
+    c, predict = client(script=script, prefix="def f():")
+    body = {"input_prefix": "def f():", "input_suffix": "\n", "n_predict": 40, "options": {"block": 8}}
+    got = c.post("/infill", json=body).json()  # the server's default: one line
+    assert got["content"] == "\n    a = 1" and got["dlmcode"]["stop_reason"] == "end"
+    assert predict.calls == len("\n    a = 1\n")  # once those are committed, the other 29 holes are committed at once
+    got = c.post("/infill", json={**body, "lines": 2}).json()
+    assert got["content"] == "\n    a = 1\n    b = 2"
+    assert length.cut_lines("x\n\ny\nz", 2) == ("x\n\ny", True) and length.cut_lines("x", 1) == ("x", False)
+
+
 def test_syntax_rule_cuts_back_to_the_lines_that_break_nothing():
     c, _ = client(script="return 1\n    x = (", prefix="def f():\n    ")
-    got = c.post("/infill", json={"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40}).json()
+    got = c.post("/infill", json={"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40, "lines": 0}).json()
     assert got["content"] == "return 1"
     assert got["dlmcode"]["stop_reason"] == "syntax" and got["dlmcode"]["breakage"]["broken"] is False
 

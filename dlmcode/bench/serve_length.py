@@ -72,18 +72,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-o", "--option", action="append", default=[])
     ap.add_argument("--no-tests", action="store_true", help="skip pass@1 (the sandbox)")
     ap.add_argument("--out", help="write every task's rows here as JSON lines")
+    ap.add_argument("--modes", default="editor,oracle", help="which decodes to run, comma-separated")
+    ap.add_argument("--lines", type=int, default=1, help="the server's --lines (0: no line limit)")
     ap.add_argument("--threads", type=int, help="torch CPU threads (1 on a busy shared CPU) [default: torch's]")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     options = decoders.parse_options(args.option)
     dlm = load()
-    engine = Engine(dlm, decoder=args.decoder, options=options, lang="python")
+    engine = Engine(dlm, decoder=args.decoder, options=options, lang="python", lines=args.lines)
     tasks = suites.load(args.suite, args.limit, dlm.tokenizer).tasks
     rows: dict[str, list[dict[str, Any]]] = {"editor": [], "oracle": []}
     out = open(args.out, "w") if args.out else None
     for i, task in enumerate(tasks):
-        for mode, run in (("editor", lambda t: editor(engine, t)), ("oracle", lambda t: oracle(engine, t, args.decoder, options))):
+        runs = {"editor": lambda t: editor(engine, t), "oracle": lambda t: oracle(engine, t, args.decoder, options)}
+        for mode in args.modes.split(","):
+            run = runs[mode]
             start = time.perf_counter()
             middle, calls = run(task)
             row = {"task": task.task_id, "mode": mode, "middle": middle, "calls": calls, "seconds": time.perf_counter() - start}
@@ -94,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
                 out.flush()
         print(f"{i + 1}/{len(tasks)}", file=sys.stderr, end="\r")
     meta = {"suite": args.suite, "decoder": args.decoder, "options": options, "ceiling": CEILING,
-            "cap": length.cap(dlm)}
-    print(json.dumps({**meta, "editor": summary(rows["editor"]), "oracle": summary(rows["oracle"])}))
+            "cap": length.cap(dlm), "lines": args.lines}
+    print(json.dumps({**meta, **{mode: summary(r) for mode, r in rows.items() if r}}))
 
 
 if __name__ == "__main__":

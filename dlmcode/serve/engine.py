@@ -46,6 +46,7 @@ class Fill:
     lang: str | None = None  # None: the server's
     extra: str = ""  # other files' text (llama.cpp input_extra): context before the prefix, for the model only
     min_indent: int = 0  # llama.cpp n_indent: the fill ends before a later line indented less
+    lines: int | None = None  # non-blank lines the fill may hold (0: any); None: the server's
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class Engine:
     cache_refresh: int = 0
     lang: str | None = None
     name: str = "dlmcode"  # the model name the protocols report
+    lines: int = 1  # the length rule's line limit (length.py rule 3); 0: none
 
     def check(self, req: Fill) -> Decoder:
         """The request's decoder, built; BadRequest for anything that would fail in the queue."""
@@ -101,6 +103,8 @@ class Engine:
                 raise BadRequest(f"n_predict {req.ceiling}: give a number of tokens >= 0, or -1 for the server's rule")
             if req.ceiling > self.dlm.context:
                 raise BadRequest(f"n_predict {req.ceiling} is past the model's context ({self.dlm.context} tokens)")
+        if req.lines is not None and req.lines < 0:
+            raise BadRequest(f"lines {req.lines}: give the most non-blank lines a fill may hold, or 0 for any")
         if req.time_ms is not None and req.time_ms < 0:
             raise BadRequest(f"t_max_predict_ms {req.time_ms}: give a time in ms >= 0 (0: no limit)")
         options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
@@ -129,7 +133,8 @@ class Engine:
         remember = steps.Remember(job.predict or job.dlm.predict)
         job.predict = remember
         deadline = start + req.time_ms / 1000 if req.time_ms else None
-        bounds = steps.Bounds(job.plan.positions[0], ends, deadline, cancel or threading.Event())
+        complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
+        bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())
         final = last(steps.bounded(job.steps(), remember, bounds))
         return self.finish(req, job, final, bounds, start)
 
@@ -139,16 +144,20 @@ class Engine:
         ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
         kept_ids = [i for i in ids if i not in self.dlm.special_ids]
         middle = self.dlm.tokenizer.decode(kept_ids) if kept_ids else ""
+        middle, by_lines = length.cut_lines(middle, self.lines_of(req))
         middle, stopped = length.cut_at_stop(middle, req.stop)
         middle, dedented = length.cut_at_indent(middle, req.min_indent)
         stopped = stopped or dedented
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang)
-        reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended else steps.FULL
+        reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
         shown = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
         return Answer(kept.text, reason, len(region), len(ids), final.calls if final else 0,
                       len(canvas.tokens) - len(region), time.perf_counter() - start, jobs.decoders.name_of(job.decoder),
                       jobs.decoders.settings_of(job.decoder), kept.breakage.to_dict() if kept.breakage else None, shown)
+
+    def lines_of(self, req: Fill) -> int:
+        return self.lines if req.lines is None else req.lines
 
     def empty(self, decoder: Decoder) -> Answer:
         return Answer("", WARMUP, 0, 0, 0, 0, 0.0, jobs.decoders.name_of(decoder), jobs.decoders.settings_of(decoder), None, False)

@@ -9,9 +9,13 @@ Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the mid
    pad; end-of-text, end-of-turn and pad for the others) are committed last
    (Canvas.late_ids), and the fill is cut at the first one. A decode stops as soon as such a
    token is committed with no hole before it (steps.bounded), so an early end saves calls.
-3. Stop strings (llama.cpp `stop`, OpenAI `stop`, Ollama `options.stop`) cut at their first
+3. Lines. The fill ends after its first LINES non-blank lines (the server's --lines,
+   default 1): an editor completes the line at the cursor, and asks again for the next
+   (llama.vim, llama.vscode accept a suggestion line by line). Decoding left to right
+   (a decoder's `block`), the decode stops as soon as those lines are committed.
+4. Stop strings (llama.cpp `stop`, OpenAI `stop`, Ollama `options.stop`) cut at their first
    occurrence; llama.cpp's `n_indent` cuts before the first later line indented less.
-4. Syntax. When the language is known and the fill breaks the syntax around it
+5. Syntax. When the language is known and the fill breaks the syntax around it
    (syntax.breakage), it is cut back, a line at a time, to the longest run of its first
    lines that breaks nothing (at least one line is kept; if all of them break, the whole
    fill is kept and its breakage reported).
@@ -58,6 +62,26 @@ def cut_at_end(ids: Sequence[int], ends: tuple[int, ...]) -> tuple[list[int], bo
     return list(ids), False
 
 
+def cut_lines(text: str, lines: int) -> tuple[str, bool]:
+    """`text` up to the line break that ends its `lines`-th non-blank line (0: no cut), and whether it was cut."""
+    if lines <= 0:
+        return text, False
+    seen, start = 0, 0
+    while True:
+        end = text.find("\n", start)
+        if end < 0:
+            return text, False
+        seen += bool(text[start:end].strip())
+        if seen >= lines:
+            return text[:end], True
+        start = end + 1
+
+
+def complete(tokenizer, lines: int):
+    """The decode-time form of cut_lines: whether the fill's first ids already hold `lines` whole non-blank lines."""
+    return None if lines <= 0 else (lambda ids: cut_lines(tokenizer.decode(ids), lines)[1])
+
+
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     """`text` up to the earliest stop string, and whether one was found."""
     at = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
@@ -85,7 +109,7 @@ class Kept:
 
 
 def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None) -> Kept:
-    """The longest run of `middle`'s first lines that breaks nothing around it (rule 4)."""
+    """The longest run of `middle`'s first lines that breaks nothing around it (rule 5)."""
     if lang is None:
         return Kept(middle, None, False)
     before = prefix + suffix

@@ -44,6 +44,7 @@ def common(data: Mapping[str, Any], prefix: str, suffix: str, extra: str = "") -
         time_ms=body.number(data, "t_max_predict_ms"),
         stop=body.strings(data, "stop"),
         min_indent=max(0, body.integer(data, "n_indent", 0) or 0),
+        lines=body.integer(data, "lines"),
         lang=body.string(data, "lang") or None,
     )
 

@@ -48,6 +48,7 @@ def generate(data: Mapping[str, Any]) -> Fill:
         temperature=body.temperature(options),
         seed=body.seed(options),
         stop=body.strings(options, "stop"),
+        lines=body.integer(data, "lines"),
         lang=body.string(data, "lang") or None,
     )
 

@@ -54,6 +54,7 @@ def completion(data: Mapping[str, Any]) -> Fill:
         temperature=body.temperature(data),
         seed=body.seed(data),
         stop=body.strings(data, "stop"),
+        lines=body.integer(data, "lines"),
         lang=body.string(data, "lang") or None,
     )
 

@@ -6,7 +6,8 @@
   every hole before it is too, so what follows would be cut anyway, or the last call
   proposed an end token at every hole left (end tokens are committed last, so the
   content before them is done: without this a one-block decode would spend a call per
-  pad); (b) the time budget
+  pad), or the run of committed tokens at the fill's start is already complete (the
+  server's line rule: what follows would be cut); (b) the time budget
   (`t_max_predict_ms`) has run out: the holes left get the last call's argmax; (c) the client
   has gone (`Cancelled`).
 Decoders never know: they see `predict` and are simply not asked for more steps.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -52,6 +53,7 @@ class Bounds:
 
     region: range  # the fill's canvas positions
     end_ids: tuple[int, ...] = ()  # tokens that end the fill
+    complete: Callable[[list[int]], bool] | None = None  # the fill's first ids (no hole among them) -> whether the fill is done
     deadline: float | None = None  # time.perf_counter() value
     cancel: threading.Event = field(default_factory=threading.Event)
     reason: str = FULL
@@ -65,7 +67,7 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             raise Cancelled
         if not step.canvas.n_holes:
             return
-        end = ended(step.canvas, bounds.region, bounds.end_ids)
+        end = ended(step.canvas, bounds.region, bounds.end_ids, bounds.complete)
         if end is not None:
             bounds.reason = ENDED
             yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long))
@@ -80,18 +82,21 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             return
 
 
-def ended(canvas: Canvas, region: range, end_ids: tuple[int, ...]) -> int | None:
-    """The end token that closes the fill, when one is committed with no hole before it; else None."""
+def ended(canvas: Canvas, region: range, end_ids: tuple[int, ...], complete: Callable[[list[int]], bool] | None = None) -> int | None:
+    """The end token to commit at every hole left, when the fill is over; else None.
+
+    Over: an end token is committed with no hole before it, or the committed run at the
+    fill's start (no hole in it) is `complete` (the server's line rule).
+    """
     if not end_ids:
         return None
     tokens = canvas.tokens[region.start : region.stop]  # (H,)
-    is_end = torch.isin(tokens, torch.tensor(end_ids, dtype=tokens.dtype, device=tokens.device))  # (H,)
-    if not bool(is_end.any()):
-        return None
-    first = int(is_end.nonzero()[0])
-    if bool((tokens[:first] == canvas.mask_id).any()):
-        return None
-    return int(tokens[first])
+    holes = (tokens == canvas.mask_id).nonzero()
+    run = tokens[: int(holes[0]) if len(holes) else len(tokens)].tolist()  # committed ids before the first hole
+    for token in run:
+        if token in end_ids:
+            return token
+    return end_ids[0] if complete is not None and run and complete(run) else None
 
 
 def only_ends(logits: Tensor | None, canvas: Canvas, end_ids: tuple[int, ...]) -> bool:
