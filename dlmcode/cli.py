@@ -126,10 +126,10 @@ def reported(interrupted: str = "no file was changed") -> Iterator[None]:
 def load_model(model: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool, quiet: bool,
                offline: bool = False) -> Any:
     from . import cpu, view
-    from .models import load, resolve
+    from .models import BUILTIN, load, resolve
 
     cpu.configure_threads()  # the CLI owns its process: thread defaults that hold up on a busy machine
-    if model:
+    if model and model != BUILTIN:
         resolve(model, offline=offline or None)  # before the spinner: a hub download draws its own progress bars
     with view.console(quiet).status("loading model…"):
         return load(model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code, offline=offline or None)

@@ -549,6 +549,8 @@ def test_an_uncached_hub_id_is_downloaded_with_progress_unless_offline(fake_hub,
     fake_hub.requests.clear()
     again = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=True), "-q")
     assert again.returncode == 0 and again.stdout == local.stdout and fake_hub.requests == []  # cached: no network
+    shipped = infill_with("builtin", hub_env(fake_hub, cache, offline=False), "-q")
+    assert shipped.returncode == 0 and fake_hub.requests == []  # the built-in model's name is never a hub id
 
 
 def test_a_failed_download_is_one_line(fake_hub, tmp_path):
