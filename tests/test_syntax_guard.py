@@ -89,7 +89,7 @@ def test_a_persisting_error_reopens_committed_tokens_within_budget_then_the_brok
     # From call 2 on position 3 proposes BAD, whose error covers committed position 2.
     first = {2: (GOOD, 12.0), 3: (GOOD, 1.0), 4: (GOOD, 0.5)}
     later = {2: (GOOD, 12.0), 3: (BAD, 1.0), 4: (GOOD, 0.5)}
-    guard = SyntaxGuard(factor=0.1, floor=1, patience=2, reopen=0.5, reopen_per_call=1, repairs=1,
+    guard = SyntaxGuard(factor=0.1, floor=1, topup=False, patience=2, reopen=0.5, reopen_per_call=1, repairs=1,
                         oracle=BadToken(lambda p: [p - 1, p]))  # fmt: skip
     steps = decode(guard, canvas(3), Scripted(first, later))
     assert trace(steps) == [
@@ -156,6 +156,7 @@ def test_without_an_oracle_it_is_its_parallel_rule(make_tiny_model, make_canvas)
 
 def test_settings_are_checked_and_max_calls_counts_every_reopen():
     assert SyntaxGuard(reopen=0.25, repairs=2, repair_size=16).max_calls(40) == 40 + 10 + 32
+    assert SyntaxGuard().max_calls(40) == 40 + 10 + 4 * 8
     assert SyntaxGuard(reopen=0.0, repairs=0).max_calls(7) == 7
     for bad in ({"floor": "0"}, {"reopen": "1.5"}, {"patience": "0"}, {"factor": "0"}, {"repairs": "-1"}):
         with pytest.raises(UsageError, match="syntax-guard"):
@@ -178,3 +179,12 @@ def test_a_job_without_a_language_says_so_in_one_line():
     assert job.decoder.oracle is not None and job.decoder.oracle.lang == "python"
     plain = fill.Job(plan, dlm, build("factor"), 0, None)
     assert plain.decoder == build("factor")
+
+
+def test_topup_fills_the_floor_with_the_most_confident_flagged_proposals():
+    # holes 2..5: only 2 is safe; 3, 4, 5 propose BAD with confidences ranked 4 > 5 > 3.
+    predict = Scripted({2: (GOOD, 1.0), 3: (BAD, 1.0), 4: (BAD, 3.0), 5: (BAD, 2.0)})
+    topped = SyntaxGuard(factor=0.01, floor=3, topup=True, repairs=0, reopen=0.0, oracle=BadToken())
+    assert trace(decode(topped, canvas(4), predict))[0] == ([2, 4, 5], [])
+    plain = SyntaxGuard(factor=0.01, floor=3, topup=False, repairs=0, reopen=0.0, oracle=BadToken())
+    assert trace(decode(plain, canvas(4), Scripted(predict.script[0])))[:2] == [([2], []), ([4], [])]
