@@ -31,7 +31,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the jail is built from Linux namespaces")
 
-FAST = sandbox.Limits(timeout=8, cpu=2, memory_mb=256)
+FAST = sandbox.Limits(timeout=30, cpu=1, memory_mb=256)  # CPU ends a loop; the wall clock only a stuck run
 IMPOSSIBLE = "def check(candidate):\n    assert candidate(1) == 'never'\n"  # no honest f passes this
 SEEN = "def check(candidate):\n    assert candidate() == {expected!r}, candidate()\n"
 BOMB = "hog = []\nwhile True:\n    hog.append(bytearray(10**7))\n"
@@ -276,12 +276,12 @@ def test_limits_end_hostile_samples_as_failures():
     assert judged("while True:\n    pass\n").status == "cpu-limit"
     assert judged(BOMB).status == "memory"
     sleepy = judged("import time\nwhile True:\n    time.sleep(0.1)\n", limits=dataclasses.replace(FAST, timeout=1))
-    assert sleepy.status == "timeout" and sleepy.returncode is None and sleepy.seconds < 3
+    assert sleepy.status == "timeout" and sleepy.returncode is None and sleepy.seconds < 5
     assert judged("import sys\nwhile True:\n    sys.stdout.write('x' * 10**6)\n").status == "output-limit"
     start = time.perf_counter()
     forks = judged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
                    limits=dataclasses.replace(FAST, timeout=1.5))  # fmt: skip
-    assert not forks.passed and time.perf_counter() - start < 5
+    assert not forks.passed and time.perf_counter() - start < 10
 
 
 # ---------------------------------------------------------------- refusal and opt-out
@@ -380,7 +380,7 @@ def test_the_bench_goes_on_after_a_loop_and_a_memory_bomb(quiet_dlm):
              "ok": "def check(f):\n    assert f() == 1\n"}  # fmt: skip
     tasks = [suites.Task(name, "def f():\n    return 1\n# ", "\n", "note", test, "f") for name, test in tests.items()]
     configs = runner.configs(["low-confidence"], [], [])
-    limits = sandbox.Limits(timeout=5, cpu=1, memory_mb=256)
+    limits = sandbox.Limits(timeout=30, cpu=1, memory_mb=256)  # a wall clock a busy machine cannot reach
     start = time.perf_counter()
     found = list(runner.samples(tasks, configs, quiet_dlm, 0, 8, limits))
     assert [(s.task, s.status, s.passed) for s in found] == [
