@@ -252,6 +252,32 @@ def test_orphans_die_with_the_sample():
     assert alive(token) == []
 
 
+BENCH_SCRIPT = """
+from dlmcode.bench import sandbox
+
+sleeper = "import os, sys\\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])\\n"
+sandbox.run(sleeper, "def check(c):\\n    pass\\n", "f", sandbox.Limits(timeout=60), audit=False)
+"""
+
+
+def test_a_jail_dies_with_the_bench(tmp_path):
+    """A bench killed outright (no clean-up) takes its running samples with it."""
+    token = uuid.uuid4().hex
+    script = tmp_path / "bench.py"
+    script.write_text(BENCH_SCRIPT.format(token=token))
+    bench = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.time() + 30
+    while not alive(token) and time.time() < deadline:
+        time.sleep(0.05)
+    assert alive(token)  # the sample is up, sleeping
+    bench.kill()
+    bench.wait()
+    deadline = time.time() + 5
+    while alive(token) and time.time() < deadline:
+        time.sleep(0.05)
+    assert alive(token) == []
+
+
 @pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.kill(-1, 9)", "os.kill(VICTIM, 9)",
                                   "os.killpg(VICTIM, 9)", "os.kill(BENCH, 9)", "os.killpg(0, 9)"])  # fmt: skip
 def test_nothing_outside_can_be_killed(kill):

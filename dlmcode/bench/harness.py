@@ -633,6 +633,9 @@ def _bind(libc, path, fd, target):
 
 def _fork_init(libc, header):
     """Fork the namespace's init (the reaper) and, from it, the worker; return in the worker."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the bench killed: so are we (set after our last uid change, which clears it)
+    if os.getppid() != header["bench"]:
+        os._exit(1)  # it died before that
     alive_r, alive_w = os.pipe()  # the reaper's read end sees end of file once we are gone
     init = os.fork()
     if init:

@@ -178,7 +178,8 @@ def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bo
     fds = {**fds, "report": report_w}
     folder = home / role
     folder.mkdir()
-    header = {"role": role, "fds": fds, "audit": audit, "python": python_folders(everything=True), **(extra or {}),
+    header = {"role": role, "fds": fds, "audit": audit, "python": python_folders(everything=True), "bench": os.getpid(),
+              **(extra or {}),
               "limits": {"cpu": limits.cpu, "memory": limits.memory_mb << 20, "fsize": limits.output_mb << 20,
                          "nproc": limits.processes},
               "jail": _jail_spec(limits) if limits.isolated else None}  # fmt: skip
