@@ -552,15 +552,17 @@ def _binds(spec):
 def _map_helper(spec):
     """A child, root outside our coming user namespace, that maps nobody in it once we have made it."""
     go_r, go_w = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         os.close(go_r)
         return pid, go_w
     os.close(go_w)
-    os.read(go_r, 1)
+    if os.read(go_r, 1) != b"1":
+        os._exit(1)  # the parent is gone
     try:
         for name, n in (("uid_map", spec["uid"]), ("gid_map", spec["gid"])):
-            with open(f"/proc/{os.getppid()}/{name}", "w") as handle:
+            with open(f"/proc/{parent}/{name}", "w") as handle:
                 handle.write(f"{n} {n} 1")
     except OSError:
         os._exit(1)
