@@ -253,8 +253,9 @@ def _tree_problems(data: bytes, name: str, locate_top: bool = False) -> list[Pro
 def _issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
     """ERROR and MISSING nodes in document order; an ERROR subtree is reported once.
 
-    locate_top: an ERROR node that starts at the file's first byte and nests other problems
-    is reported as the first of them. Recovery wrapped everything up to the mistake in it, so
+    locate_top: an ERROR node that starts at the file's first byte, begins with valid code it
+    swallowed (a whole construct, e.g. the file's first function) and nests other problems is
+    reported as the first of them. Recovery wrapped everything up to the mistake in it, so
     its own place, 1:1, says nothing; the first nested problem is where parsing gave up.
     Subtrees whose has_error is False are skipped, so a clean tree costs O(1).
     """
@@ -266,6 +267,8 @@ def _issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
         descend = node.has_error
         if node.is_error:
             inner = _first_nested(node) if locate_top and node.start_byte == 0 else None
+            if inner is not None and not _swallowed(node.children[0], inner):
+                inner = None  # the ERROR starts with the broken construct itself: its place is right
             yield (MISSING if inner is not None and inner.is_missing else ERROR), inner or node
             descend = False
         elif node.is_missing:
@@ -275,6 +278,11 @@ def _issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
         while not cursor.goto_next_sibling():
             if not cursor.goto_parent():
                 return
+
+
+def _swallowed(first, inner) -> bool:
+    """Whether an ERROR's first child is valid code it swallowed: a whole construct, done before `inner`'s line."""
+    return first.is_named and not first.has_error and first.end_point.row < inner.start_point.row
 
 
 def _first_nested(node):  # -> the first ERROR or MISSING node strictly inside `node`, or None

@@ -366,3 +366,9 @@ def test_check_reports_one_broken_line_once_at_its_place(tmp_path, lang):
     assert result.stdout.splitlines() == [f"{path}:{place}"]
     report = check("\n".join(lines), lang)
     assert report.errors == 1 and len(report.problems) == 1
+
+
+def test_a_file_top_error_that_is_the_broken_construct_keeps_its_place():
+    # The first function's own header is broken: the ERROR node from 1:1 is the real place.
+    text = "function f( {\n  return 1;\n}\n\nfunction g() {\n  return 2;\n}\n"
+    assert [p.line for p in check(text, "javascript").problems] == [1]
