@@ -516,8 +516,8 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on; beyond localhost, set --api-key")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port (8012: llama.vim's and llama.vscode's default)")] = 8012,
     decoder: DecoderName = "low-confidence",
-    option: Options = None,
-    cache: Cache = "none",
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable) [default: block=8: left to right, so a fill's end stops the decode]")] = None,
+    cache: Annotated[str, typer.Option(help="KV cache: none, prefix or dual (Fast-dLLM; approximate)")] = "prefix",
     cache_refresh: CacheRefresh = 0,
     api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY", help="require Authorization: Bearer KEY on every request [env DLMCODE_API_KEY]")] = None,
     lang: Annotated[str | None, typer.Option(help="language of the syntax rule and breakage [default: python for the built-in model, none otherwise]")] = None,
@@ -532,7 +532,7 @@ def serve(
     from .models.cache import CacheSettings
 
     with reported("the server stopped"):
-        options = decoders.parse_options(option or [])
+        options = decoders.parse_options(option if option is not None else ["block=8"])
         decoders.build(decoder, options)  # a bad decoder or setting fails before the model loads
         CacheSettings(cache, refresh=cache_refresh)
         lang_name = syntax.language_for(lang=lang) if lang else None
