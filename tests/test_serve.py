@@ -327,6 +327,14 @@ def test_line_rule_ends_the_fill_after_its_first_non_blank_lines_and_saves_calls
     got = c.post("/infill", json={**body, "lines": 2}).json()
     assert got["content"] == "\n    a = 1\n    b = 2"
     assert length.cut_lines("x\n\ny\nz", 2) == ("x\n\ny", True) and length.cut_lines("x", 1) == ("x", False)
+    assert length.cut_lines("x\ny", 1, keep_break=True) == ("x\n", True)
+
+
+def test_a_hole_of_whole_lines_keeps_the_line_break_of_its_last_line():
+    c, _ = client(script="    b = 2\n    c = 3\n", prefix="def f():\n    a = 1\n")
+    got = c.post("/infill", json={"input_prefix": "def f():\n    a = 1\n", "input_suffix": "    return a\n", "n_predict": 40}).json()
+    assert got["content"] == "    b = 2\n"  # HumanEval-infilling's single-line holes end with their line break
+    assert length.whole_lines("x\n", "y") and not length.whole_lines("x\n", "\ny") and not length.whole_lines("x = ", "y")
 
 
 def test_syntax_rule_cuts_back_to_the_lines_that_break_nothing():

@@ -32,7 +32,7 @@ CEILING = 128  # llama.vim's and llama.vscode's default n_predict
 def oracle(engine: Engine, task: suites.Task, decoder: str, options: dict[str, str]) -> tuple[str, int]:
     """The fill with exactly the canonical middle's token count; (text, calls)."""
     n = max(1, len(engine.dlm.tokenizer.encode(task.canonical or "")))
-    job = jobs.prepare_middle(task.prompt, task.suffix, n, dlm=engine.dlm, decoder=decoder, options=options)
+    job = jobs.prepare_middle(task.prompt, task.suffix, n, dlm=engine.dlm, decoder=decoder, options=options, cache=engine.cache)
     result = job.run()
     region = job.plan.positions[0]
     ids = [i for i in result.canvas[region.start : region.stop] if i not in engine.dlm.special_ids]
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--suite", default="heldout-single")
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("-d", "--decoder", default="low-confidence")
-    ap.add_argument("-o", "--option", action="append", default=[])
+    ap.add_argument("-o", "--option", action="append", help="decoder setting key=value [default: block=8, as `dlmcode serve`]")
+    ap.add_argument("--cache", default="prefix", help="KV cache, as `dlmcode serve` [default: prefix]")
     ap.add_argument("--no-tests", action="store_true", help="skip pass@1 (the sandbox)")
     ap.add_argument("--out", help="write every task's rows here as JSON lines")
     ap.add_argument("--modes", default="editor,oracle", help="which decodes to run, comma-separated")
@@ -78,9 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    options = decoders.parse_options(args.option)
+    options = decoders.parse_options(args.option if args.option is not None else ["block=8"])
     dlm = load()
-    engine = Engine(dlm, decoder=args.decoder, options=options, lang="python", lines=args.lines)
+    engine = Engine(dlm, decoder=args.decoder, options=options, cache=args.cache, lang="python", lines=args.lines)
     tasks = suites.load(args.suite, args.limit, dlm.tokenizer).tasks
     rows: dict[str, list[dict[str, Any]]] = {"editor": [], "oracle": []}
     out = open(args.out, "w") if args.out else None
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
                 out.write(json.dumps(row) + "\n")
                 out.flush()
         print(f"{i + 1}/{len(tasks)}", file=sys.stderr, end="\r")
-    meta = {"suite": args.suite, "decoder": args.decoder, "options": options, "ceiling": CEILING,
+    meta = {"suite": args.suite, "decoder": args.decoder, "options": options, "cache": args.cache, "ceiling": CEILING,
             "cap": length.cap(dlm), "lines": args.lines}
     print(json.dumps({**meta, **{mode: summary(r) for mode, r in rows.items() if r}}))
 

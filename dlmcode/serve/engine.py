@@ -144,7 +144,7 @@ class Engine:
         ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
         kept_ids = [i for i in ids if i not in self.dlm.special_ids]
         middle = self.dlm.tokenizer.decode(kept_ids) if kept_ids else ""
-        middle, by_lines = length.cut_lines(middle, self.lines_of(req))
+        middle, by_lines = length.cut_lines(middle, self.lines_of(req), length.whole_lines(req.prefix, req.suffix))
         middle, stopped = length.cut_at_stop(middle, req.stop)
         middle, dedented = length.cut_at_indent(middle, req.min_indent)
         stopped = stopped or dedented

@@ -10,7 +10,7 @@ Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the mid
    (Canvas.late_ids), and the fill is cut at the first one. A decode stops as soon as such a
    token is committed with no hole before it (steps.bounded), so an early end saves calls.
 3. Lines. The fill ends after its first LINES non-blank lines (the server's --lines,
-   default 1): an editor completes the line at the cursor, and asks again for the next
+   default 1; the last line break is kept when the hole stands for whole lines): an editor completes the line at the cursor, and asks again for the next
    (llama.vim, llama.vscode accept a suggestion line by line). Decoding left to right
    (a decoder's `block`), the decode stops as soon as those lines are committed.
 4. Stop strings (llama.cpp `stop`, OpenAI `stop`, Ollama `options.stop`) cut at their first
@@ -62,8 +62,12 @@ def cut_at_end(ids: Sequence[int], ends: tuple[int, ...]) -> tuple[list[int], bo
     return list(ids), False
 
 
-def cut_lines(text: str, lines: int) -> tuple[str, bool]:
-    """`text` up to the line break that ends its `lines`-th non-blank line (0: no cut), and whether it was cut."""
+def cut_lines(text: str, lines: int, keep_break: bool = False) -> tuple[str, bool]:
+    """`text` up to the line break that ends its `lines`-th non-blank line (0: no cut), and whether it was cut.
+
+    `keep_break`: the break stays in the fill (the hole is whole lines: the code after it
+    starts a line of its own, see `whole_lines`).
+    """
     if lines <= 0:
         return text, False
     seen, start = 0, 0
@@ -73,8 +77,17 @@ def cut_lines(text: str, lines: int) -> tuple[str, bool]:
             return text, False
         seen += bool(text[start:end].strip())
         if seen >= lines:
-            return text[:end], True
+            return text[: end + keep_break], True
         start = end + 1
+
+
+def whole_lines(prefix: str, suffix: str) -> bool:
+    """Whether the hole stands for whole lines: it starts a line and the suffix starts the next one.
+
+    Then a cut fill keeps its last line break (HumanEval-infilling's holes); at an editor's
+    cursor the suffix starts with the rest of the line, or with its line break.
+    """
+    return (not prefix or prefix.endswith("\n")) and bool(suffix) and not suffix.startswith(("\n", "\r\n"))
 
 
 def complete(tokenizer, lines: int):
