@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import decoders
 from .. import fill as jobs
 from ..canvas import last
 from ..decoders.base import Decoder
-from ..errors import UsageError
+from ..errors import DlmcodeError, UsageError
 from ..models.base import Dlm
 from . import length, steps
 
@@ -128,7 +129,7 @@ class Engine:
         try:
             job = jobs.prepare_middle(req.extra + req.prefix, req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
                                       lang=None, end_ids=ends, cache=self.cache, cache_refresh=self.cache_refresh)
-        except UsageError as err:
+        except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = steps.Remember(job.predict or job.dlm.predict)
         job.predict = remember
@@ -151,16 +152,16 @@ class Engine:
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang)
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
-        shown = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
+        truncated = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)  # code cut to fit the context
         return Answer(kept.text, reason, len(region), len(ids), final.calls if final else 0,
-                      len(canvas.tokens) - len(region), time.perf_counter() - start, jobs.decoders.name_of(job.decoder),
-                      jobs.decoders.settings_of(job.decoder), kept.breakage.to_dict() if kept.breakage else None, shown)
+                      len(canvas.tokens) - len(region), time.perf_counter() - start, decoders.name_of(job.decoder),
+                      decoders.settings_of(job.decoder), kept.breakage.to_dict() if kept.breakage else None, truncated)
 
     def lines_of(self, req: Fill) -> int:
         return self.lines if req.lines is None else req.lines
 
     def empty(self, decoder: Decoder) -> Answer:
-        return Answer("", WARMUP, 0, 0, 0, 0, 0.0, jobs.decoders.name_of(decoder), jobs.decoders.settings_of(decoder), None, False)
+        return Answer("", WARMUP, 0, 0, 0, 0, 0.0, decoders.name_of(decoder), decoders.settings_of(decoder), None, False)
 
 
 def text(value: Any) -> str:
