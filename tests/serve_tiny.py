@@ -31,7 +31,7 @@ class Script:
     """predict for a canvas BOS + prefix + holes + suffix + EOS: the holes get `script`, then pads."""
 
     def __init__(self, prefix: str, script: str, delay: float = 0.0) -> None:
-        self.start = 1 + len(prefix)  # first hole position (BOS at 0)
+        self.start = 1 + len(prefix.rstrip(" \t"))  # first hole position (BOS at 0); the server leaves trailing spaces off
         self.ids = CharTokenizer().encode(script)
         self.delay = delay
         self.calls = 0

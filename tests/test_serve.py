@@ -330,6 +330,13 @@ def test_line_rule_ends_the_fill_after_its_first_non_blank_lines_and_saves_calls
     assert length.cut_lines("x\ny", 1, keep_break=True) == ("x\n", True)
 
 
+def test_the_users_trailing_indentation_is_left_to_the_model_and_taken_back_out():
+    c, _ = client(script="    return a + b", prefix=PREFIX)  # the model writes the indentation itself
+    assert c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 32}).json()["content"] == SCRIPT
+    assert length.heal("x = 1\n    ") == ("x = 1\n", "    ")
+    assert length.unheal("  y", "    ") == "y" and length.unheal("      y", "    ") == "  y" and length.unheal("y", "") == "y"
+
+
 def test_a_hole_of_whole_lines_keeps_the_line_break_of_its_last_line():
     c, _ = client(script="    b = 2\n    c = 3\n", prefix="def f():\n    a = 1\n")
     got = c.post("/infill", json={"input_prefix": "def f():\n    a = 1\n", "input_suffix": "    return a\n", "n_predict": 40}).json()

@@ -127,7 +127,7 @@ class Engine:
         n = length.holes(req.ceiling, self.dlm)
         ends = length.end_ids(self.dlm)
         try:
-            job = jobs.prepare_middle(req.extra + req.prefix, req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
+            job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
                                       lang=None, end_ids=ends, cache=self.cache, cache_refresh=self.cache_refresh)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
@@ -144,7 +144,7 @@ class Engine:
         canvas = final.canvas if final else job.plan.canvas
         ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
         kept_ids = [i for i in ids if i not in self.dlm.special_ids]
-        middle = self.dlm.tokenizer.decode(kept_ids) if kept_ids else ""
+        middle = length.unheal(self.dlm.tokenizer.decode(kept_ids) if kept_ids else "", length.heal(req.prefix)[1])
         middle, by_lines = length.cut_lines(middle, self.lines_of(req), length.whole_lines(req.prefix, req.suffix))
         middle, stopped = length.cut_at_stop(middle, req.stop)
         middle, dedented = length.cut_at_indent(middle, req.min_indent)

@@ -2,6 +2,9 @@
 
 Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the middle's length.
 
+0. Whitespace. Trailing spaces and tabs of the prefix (the indentation the user typed)
+   are left off the canvas and taken back out of the fill (`heal`): tokens join a space to
+   the word after it, and a canvas that ends on bare spaces shifts the fill by one.
 1. Holes. min(ceiling, the family's cap): the built-in model was trained with up to
    AUTO_MAX_EXTRA (32) pad tokens after a hole's content, so a hole longer than that is
    one it never saw; other families get OTHER_CAP. No ceiling (-1) means the cap.
@@ -52,6 +55,25 @@ def end_ids(dlm: Dlm) -> tuple[int, ...]:
     """Tokens that end a fill: pad for the built-in model (trained so), else end-of-text, end-of-turn, pad."""
     ids = (dlm.pad_id,) if dlm.family == "builtin" else (dlm.eos_id, dlm.eot_id, dlm.pad_id)
     return tuple(dict.fromkeys(i for i in ids if i is not None))
+
+
+def heal(prefix: str) -> tuple[str, str]:
+    """(prefix without its trailing spaces and tabs, those spaces): the canvas gets the first.
+
+    Byte-level BPE joins a space to the word after it (" return"), so a prefix cut after
+    its indentation ends on a token the model rarely saw there, and the fill starts with one
+    space too many. The model writes the whitespace itself; `unheal` takes it back out.
+    """
+    core = prefix.rstrip(" \t")
+    return core, prefix[len(core) :]
+
+
+def unheal(middle: str, space: str) -> str:
+    """The fill after the user's own trailing whitespace: that whitespace dropped from its start,
+    or, when it starts otherwise, its own leading spaces (the user's indentation stands)."""
+    if not space:
+        return middle
+    return middle[len(space) :] if middle.startswith(space) else middle.lstrip(" \t")
 
 
 def cut_at_end(ids: Sequence[int], ends: tuple[int, ...]) -> tuple[list[int], bool]:
