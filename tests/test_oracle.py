@@ -85,8 +85,8 @@ def test_incremental_parse_equals_a_fresh_parse(lang, tokenizer):
     text = SOURCES[lang]
     plan = plan_of(text, tokenizer)
     vocab = [tokenizer.encode(p)[0] for p in PIECES]
-    incremental = oracle.SyntaxOracle(plan, tokenizer, lang, text, incremental=True)
-    fresh = oracle.SyntaxOracle(plan, tokenizer, lang, text, incremental=False)
+    incremental = oracle.SyntaxOracle(plan, tokenizer, lang, text, incremental=0)
+    fresh = oracle.SyntaxOracle(plan, tokenizer, lang, text, incremental=10**9)
     rng = random.Random(lang)
     tokens = drafted(plan, [[rng.choice(vocab) for _ in r] for r in plan.positions])
     holes = [p for r in plan.positions for p in r]
