@@ -206,10 +206,14 @@ class Stream:
     line_starts: np.ndarray  # positions where a line begins (incl. right after [BOS])
 
 
-def encode_stream(tokenizer: BuiltinTokenizer, texts: list[str], line_end: np.ndarray) -> Stream:
-    encs = tokenizer.tok.encode_batch(texts, add_special_tokens=False)
-    ids = np.concatenate([np.array([BOS] + e.ids + [EOS], dtype=np.int64) for e in encs])
-    return stream_of(ids, line_end)
+def encode_stream(tokenizer: BuiltinTokenizer, texts: list[str], line_end: np.ndarray, chunk: int = 256) -> Stream:
+    """[BOS] text [EOS] ... for all texts; encoded `chunk` files at a time, because a
+    tokenizers Encoding keeps offsets and strings per token (GBs for a 50M-token corpus)."""
+    parts = []
+    for i in range(0, len(texts), chunk):
+        encs = tokenizer.tok.encode_batch(texts[i : i + chunk], add_special_tokens=False)
+        parts += [np.array([BOS] + e.ids + [EOS], dtype=np.int64) for e in encs]
+    return stream_of(np.concatenate(parts), line_end)
 
 
 def stream_of(ids: np.ndarray, line_end: np.ndarray) -> Stream:

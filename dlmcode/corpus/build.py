@@ -229,8 +229,10 @@ def summarise(files: list[File], sources: list[notices.Source], sums: dict[str, 
             row["bytes"] += len(f.text.encode())
             row["scrubbed"].update(f.scrubbed)
     kept = [f for f in files if f.reason is None]
-    for f, enc in zip(kept, tok.tok.encode_batch([f.text for f in kept], add_special_tokens=False)):
-        per[f.package]["tokens"] += len(enc.ids)
+    for i in range(0, len(kept), 256):  # in chunks: an Encoding holds offsets and strings per token
+        chunk = kept[i : i + 256]
+        for f, enc in zip(chunk, tok.tok.encode_batch([f.text for f in chunk], add_special_tokens=False)):
+            per[f.package]["tokens"] += len(enc.ids)
     licence = {s.name: s.license for s in sources}
     for name, row in per.items():
         row["license"] = licence.get(name, "")
