@@ -131,6 +131,10 @@ def _panel(ax, rows: list[dict], metric: str) -> None:
     for decoder in dict.fromkeys(d for _, _, d in points):
         curve = sorted((x, y) for x, y, d in points if d == decoder)
         ax.plot(*zip(*curve), marker="o", label=decoder)
+    for r in rows:  # each swept point says which value it is
+        if r.get("sweep") and r["tpf"] is not None and r[metric] is not None:
+            ax.annotate(",".join(map(str, r["sweep"].values())), (r["tpf"], r[metric]), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
     front = frontier([(x, y) for x, y, _ in points])
     if len(front) > 1:
         ax.plot(*zip(*front), linestyle="--", color="grey", linewidth=1, label="Pareto front")
