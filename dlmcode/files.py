@@ -71,7 +71,7 @@ def edit_target(path: str, force: bool = False) -> Path:
     if not force and not mode_allows_write(info):
         raise InputError(f"{path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}); pass --force to edit it anyway")
     remove_stale_temps(target)
-    probe_folder(path, target.parent)
+    probe_folder(path, target)
     return target
 
 
@@ -86,10 +86,11 @@ def mode_allows_write(info: os.stat_result) -> bool:
     return bool(info.st_mode & stat.S_IWOTH)
 
 
-def probe_folder(path: str, folder: Path) -> None:
-    """Create and remove one temp file in `folder`: the only honest test that the edit can be written there."""
+def probe_folder(path: str, target: Path) -> None:
+    """Create and remove one temp file beside `target`: the only honest test that the edit can be written there."""
+    folder = target.parent
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".dlmcode-probe.", suffix=TEMP_SUFFIX, dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=folder)  # a kill here leaves a temp file the next run removes
     except OSError as err:
         raise InputError(f"cannot edit {path} in place: cannot create a file in {folder} ({err.strerror})") from None
     os.close(fd)

@@ -649,3 +649,16 @@ def test_importing_models_does_not_import_transformers():
 def test_masked_lm_weights_are_not_mistaken_for_a_remote_family(bert_dir):
     config = json.loads((bert_dir / "config.json").read_text())
     assert not any(models.FAMILIES[k].matches(config) for k in ("builtin", "llada", "dream"))
+
+
+def test_a_hub_family_config_with_a_wrong_type_is_one_line(tmp_path, bert_dir):
+    import shutil
+
+    broken = tmp_path / "bert"
+    shutil.copytree(bert_dir, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"hidden_size": "big"}))
+    with pytest.raises(ModelError) as err:
+        models.load(str(broken), device="cpu")
+    assert str(err.value).startswith(f"model {str(broken)!r}") and "\n" not in str(err.value), str(err.value)
+    assert "hidden_size" in str(err.value)
