@@ -50,7 +50,7 @@ def build(
 @app.command()
 def tokenize(
     corpus: Annotated[Path, typer.Argument(help="a folder written by `build`")],
-    out: Annotated[Path, typer.Argument(help="output folder: tokenizer.json, tokens.npz, meta.json")],
+    out: Annotated[Path, typer.Argument(help="output folder: tokenizer.json, train.u16.xz, valid.u16.xz, meta.json")],
     vocab_size: Annotated[int, typer.Option(help="BPE vocabulary of the new tokenizer (incl. 4 special tokens)")] = 4096,
     tokenizer: Annotated[Path | None, typer.Option(help="use this tokenizer.json instead of training one on the corpus")] = None,
 ) -> None:

@@ -2,8 +2,10 @@
 
   tokenizer.json  byte-level BPE (train.py's line-aligned pre-tokenizer), trained on the
                   corpus's training split unless one is given
-  tokens.npz      "train" and "valid": uint16 token streams [BOS] file [EOS] [BOS] file ...
-                  (np.savez_compressed: zlib)
+  train.u16.xz    the training stream [BOS] file [EOS] [BOS] file ...: little-endian uint16
+  valid.u16.xz    the validation stream, the same way
+                  (xz/LZMA: 4.1 bits a token on this corpus where zlib took 5.7, measured on
+                  4.7M tokens; 83M tokens must fit the 64 MiB an accelerator call carries)
   meta.json       counts, the corpus checksum it came from, the validation rule
 Validation split: files with sha1(path) % 100 == 0 (about 1 %), never trained on; training
 picks its checkpoint on them, so the held-out evaluation packages stay untouched until the end.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import time
 from collections.abc import Iterator
@@ -23,7 +26,8 @@ import numpy as np
 from ..errors import UsageError
 
 VALID_MOD = 100
-TOKENS, TOKENIZER, META = "tokens.npz", "tokenizer.json", "meta.json"
+TOKENIZER, META = "tokenizer.json", "meta.json"
+STREAMS = {"train": "train.u16.xz", "valid": "valid.u16.xz"}
 
 
 def is_valid(path: str) -> bool:
@@ -57,26 +61,37 @@ def tokenize(corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Pa
     line_end = training.line_end_table(tokenizer, vocab_size)
     train = training.encode_stream(tokenizer, train_texts, line_end).ids.astype(np.uint16)
     valid = training.encode_stream(tokenizer, valid_texts, line_end).ids.astype(np.uint16)
-    tmp = out / (TOKENS + ".tmp.npz")
-    np.savez_compressed(tmp, train=train, valid=valid)
-    os.replace(tmp, out / TOKENS)
+    yield {"event": "encoded", "tokens_train": int(len(train)), "tokens_valid": int(len(valid))}
+    for name, ids in (("train", train), ("valid", valid)):
+        write_xz(out / STREAMS[name], ids)
     tokenizer.save(out / TOKENIZER)
     meta = {
         "corpus": str(corpus), "corpus_sha256": (corpus / "SHA256").read_text().split()[0] if (corpus / "SHA256").exists() else "",
         "vocab_size": vocab_size, "files_train": len(train_texts), "files_valid": len(valid_texts),
         "tokens_train": int(len(train)), "tokens_valid": int(len(valid)),
-        "bytes": (out / TOKENS).stat().st_size, "valid_rule": f"sha1(path) % {VALID_MOD} == 0",
+        "bytes": sum((out / f).stat().st_size for f in STREAMS.values()), "valid_rule": f"sha1(path) % {VALID_MOD} == 0",
         "seconds": round(time.perf_counter() - start, 1),
     }  # fmt: skip
     (out / META).write_text(json.dumps(meta, indent=1) + "\n")
     yield {"event": "done", **meta}
 
 
+def write_xz(path: Path, ids: np.ndarray) -> None:
+    """uint16 little-endian ids, xz-compressed, written atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    with lzma.open(tmp, "wb", preset=6) as f:
+        f.write(ids.astype("<u2").tobytes())
+    os.replace(tmp, path)
+
+
 def load(folder: Path) -> tuple[dict, np.ndarray, np.ndarray]:
     """(meta, train ids, valid ids) of a tokenized folder, ids as int64."""
     folder = Path(folder)
-    if not (folder / TOKENS).exists():
-        raise UsageError(f"{folder} holds no {TOKENS}: make it with `python -m dlmcode.corpus tokenize CORPUS {folder}`")
-    with np.load(folder / TOKENS) as z:
-        train, valid = z["train"].astype(np.int64), z["valid"].astype(np.int64)
-    return json.loads((folder / META).read_text()), train, valid
+    missing = [f for f in (*STREAMS.values(), TOKENIZER, META) if not (folder / f).exists()]
+    if missing:
+        raise UsageError(f"{folder} lacks {', '.join(missing)}: make it with `python -m dlmcode.corpus tokenize CORPUS {folder}`")
+    streams = []
+    for name in ("train", "valid"):
+        with lzma.open(folder / STREAMS[name], "rb") as f:
+            streams.append(np.frombuffer(f.read(), dtype="<u2").astype(np.int64))
+    return json.loads((folder / META).read_text()), streams[0], streams[1]
