@@ -3,11 +3,11 @@
 Owns the language table (grammars/languages.toml, read lazily), choosing a language from a
 path or a name, loading tree-sitter grammars (imported on first use and cached, so that
 importing this module stays cheap), collecting ERROR and MISSING nodes, the extra checkers
-some languages have (Python's compile()), and the rule that compares the problems of an
-input and an output to decide whether a fill broke the syntax (`breakage`).
+some languages have (Python's compile()), and the rule that compares the problems of the
+user's code and an output to decide whether a fill broke the syntax (`breakage`).
 
-Everything here is a pure function of text and language: nothing prints, nothing reads
-the user's files.
+Everything here is a pure function of texts, hole regions and language: nothing prints,
+nothing reads the user's files.
 Positions: lines are 1-based; columns and byte offsets count UTF-8 bytes of the text, as
 tree-sitter does, so a column after a non-ASCII character is larger than its character index.
 """
@@ -439,7 +439,8 @@ def breakage(
     """The syntax errors of `after` (the output) that `before` (the user's code) did not have.
 
     `holes`, in text order, say where the fills are (Region); without them the one run of
-    text that differs between the texts is taken as a rewritten hole. `span` = (first_line,
+    text that differs between the texts is taken as a rewritten hole, whose reach is its own
+    lines (the texts alone cannot tell a removed marker from a rewrite). `span` = (first_line,
     last_line), 1-based inclusive lines of `after`, overrides the filled lines that decide
     where the first error is reported (`touches_span`; no span and no holes: False).
 
