@@ -342,6 +342,32 @@ def test_infill_summary_names_the_real_line_and_agrees_with_itself(tmp_path, spa
     assert first == problem.line and first in (line, line + 1)
 
 
+BOX = (
+    '"""Boxes of text."""\n\nimport os\n\n\nclass Box:\n    """A box that holds lines."""\n\n    sep = os.linesep\n\n'
+    '    def __init__(self,\n                 width=70,\n                 indent=""):\n        self.width = width\n'
+    '        self.indent = indent\n\n    def render(self, text):\n        return self.sep.join(text.split())\n\n\n'
+    'def main():\n    print(Box().render("a b c"))\n'
+)
+
+
+def test_infill_summary_is_not_fooled_by_an_error_node_from_the_files_top(tmp_path):
+    # The issue's case: one token for a `def` header that continues on the next lines.
+    # tree-sitter's ERROR node for the result starts at line 1 and covers the fill, which
+    # the summary used to report as "first at line 1 (inside the filled span)".
+    path = tmp_path / "box.py"
+    path.write_text(BOX)
+    result = CliRunner().invoke(app, ["infill", str(path), "--span", "11", "--length", "1"])
+    assert result.exit_code == 0, result.stderr
+    found = SUMMARY.search(result.stderr)
+    assert found, result.stderr
+    first, where, filled = int(found[2]), found[3], int(found[4])
+    problems = check(result.stdout, "python", raw=True).problems
+    (compiled,) = [p for p in problems if p.kind == "compile"]
+    assert first == compiled.line != 1 and filled == 11
+    assert (where == "inside") == (first == 11)
+    assert [p.line for p in problems if p.kind == "ERROR"][:1] == [1]  # what the old summary named
+
+
 BROKEN_LINE = {  # a line that breaks an otherwise valid file, and where `check` must place it
     "python": ("".join(f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8)),
                "    ]]", "21:5: unmatched ']'"),
