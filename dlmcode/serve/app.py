@@ -12,7 +12,7 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -81,8 +81,6 @@ def streamed(chunks: Iterator[str], media: str) -> StreamingResponse:
 
 
 def with_seeds(req: Fill, n: int) -> list[Fill]:
-    from dataclasses import replace
-
     return [replace(req, seed=req.seed + i) for i in range(n)]
 
 
