@@ -5,7 +5,9 @@
 Without --url it starts `dlmcode serve` (built-in model, or --model) in a subprocess on a
 free 127.0.0.1 port and stops it at the end. Each request is llama.vim's /infill body
 (autoload/llama.vim) for a single-line hole of a held-out file (heldout-single), with a
-PREFIX_LINES-line prefix and SUFFIX_LINES lines after; tasks rotate across requests.
+PREFIX_LINES-line prefix and SUFFIX_LINES lines after. Every client sends the same M holes
+(in a rotated order), so every level does the same mix of work and requests per second
+compare across levels.
 Per level it checks that every request was answered exactly once with a 200 and a
 `content`, and reports latency p50/p95, requests per second, and the server's resident
 memory before and after (flat memory: no growth across levels). One JSON object on stdout.
@@ -62,7 +64,7 @@ def level(url: str, clients: int, requests: int, pool: list[dict[str, Any]], hea
     def editor(c: int) -> None:
         with httpx.Client(timeout=300, headers=headers) as http:
             for r in range(requests):
-                body = pool[(c * requests + r) % len(pool)]
+                body = pool[(c + r) % requests % len(pool)]  # every level sends the same `requests` holes, each once per client
                 start = time.perf_counter()
                 try:
                     resp = http.post(f"{url}/infill", json=body)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-d", "--decoder", default="low-confidence")
     ap.add_argument("-o", "--option", action="append", default=[])
     ap.add_argument("--threads", type=int, help="the started server's CPU threads (OMP_NUM_THREADS)")
-    ap.add_argument("--tasks", type=int, default=50, help="distinct heldout-single holes the requests rotate over")
+    ap.add_argument("--tasks", type=int, default=50, help="heldout-single holes to draw from (the first M are sent)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed requests before the first level")
     args = ap.parse_args(argv)
     levels = [int(n) for n in args.clients.split(",") if n.strip()]
