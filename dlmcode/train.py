@@ -357,7 +357,8 @@ def loss_fn(model: DlmcodeDiffusionLM, inp, tgt, msk, bucket: int = 256):
 
 def done_frac(cfg: TrainConfig, step: int, elapsed: float) -> float:
     """How far through its schedule the run is: by steps when cfg.steps, else by wall time."""
-    return step / cfg.steps if cfg.steps else elapsed / (cfg.minutes * 60)
+    steps = getattr(cfg, "steps", 0)  # the assistant's config schedules by wall time only
+    return step / steps if steps else elapsed / (cfg.minutes * 60)
 
 
 def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
