@@ -271,6 +271,13 @@ def test_per_request_decoder_and_options():
     assert got["content"] == SCRIPT
 
 
+@pytest.mark.parametrize("decoder", ["threshold", "mean-field", "dico", "eb", "margin", "syntax-guard"])
+def test_other_decoders_through_the_server(decoder):
+    c, _ = client()
+    got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": decoder}).json()
+    assert got["content"] == SCRIPT and got["dlmcode"]["decoder"] == decoder
+
+
 @pytest.mark.parametrize(
     ("path", "body", "shape"),
     [

@@ -128,7 +128,8 @@ class Engine:
         ends = length.end_ids(self.dlm)
         try:
             job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
-                                      lang=None, end_ids=ends, cache=self.cache, cache_refresh=self.cache_refresh)
+                                      lang=req.lang or self.lang, end_ids=ends, cache=self.cache,
+                                      cache_refresh=self.cache_refresh)  # lang: syntax-guard's oracle
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = steps.Remember(job.predict or job.dlm.predict)
