@@ -33,8 +33,9 @@ class OneLine:
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except ClickException as err:
-            if type(err).__name__ == "NoArgsIsHelpError":  # `dlmcode infill` alone: its help, as before
-                typer.echo(err.ctx.get_help() if err.ctx else err.format_message(), err=True)
+            if type(err).__name__ == "NoArgsIsHelpError":  # `dlmcode` alone: its help (Typer's rich help printed it already)
+                if err.format_message().strip():
+                    typer.echo(err.format_message())
             else:
                 typer.echo(f"dlmcode: error: {usage_line(err)}", err=True)
             code = err.exit_code
