@@ -154,3 +154,22 @@ def test_byte_edit_keeps_the_common_head_and_tail():
     assert oracle.byte_edit(b"same", b"same") is None
     edit = oracle.byte_edit(b"aaa", b"aaaa")  # the tail may not reuse head bytes
     assert (edit["start_byte"], edit["old_end_byte"], edit["new_end_byte"]) == (3, 3, 4)
+
+
+def test_the_speed_bench_hands_syntax_guard_an_oracle_of_its_canvas(tokenizer):
+    from types import SimpleNamespace
+
+    from dlmcode.bench import speed
+    from dlmcode.canvas import Canvas
+
+    bos, mask = 1, 9999
+    prompt = tokenizer.encode("def f(x):\n    return x\n")
+    start = Canvas(torch.tensor([bos, *prompt, mask, mask, mask]), mask)
+    dlm = SimpleNamespace(tokenizer=tokenizer, bos_id=bos, eos_id=2, special_ids=frozenset({bos, 2, mask}))
+    assert speed.guarded(build("factor"), dlm, start) == build("factor")
+    guarded = speed.guarded(build("syntax-guard"), dlm, start)
+    fill = tokenizer.encode("y = 1")[:3]
+    fill += tokenizer.encode(" ") * (3 - len(fill))
+    draft = start.tokens.clone()
+    draft[-3:] = torch.tensor(fill)
+    assert guarded.oracle.layout(draft).data == ("def f(x):\n    return x\n" + tokenizer.decode(fill)).encode()
