@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import importlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,7 +135,7 @@ class SyntaxOracle:
         The user's code goes through this too (not syntax.check), so that old and new
         problems are found alike.
         """
-        found = [problem(kind, node, data) for kind, node in issues(parse(data))]
+        found = [problem(kind, node, data) for kind, node in syntax.issues(parse(data))]
         if self.checks:
             text = data.decode("utf-8", syntax.ENCODE_ERRORS)
             for check in self.checks:
@@ -296,26 +296,6 @@ def point(data: bytes, offset: int) -> tuple[int, int]:
     """(row, column in bytes) of a byte offset, as tree-sitter counts them."""
     row = data.count(b"\n", 0, offset)
     return row, offset - (data.rfind(b"\n", 0, offset) + 1)
-
-
-def issues(tree: Any) -> Iterator[tuple[str, Any]]:
-    """ERROR and MISSING nodes in document order; an ERROR subtree once; clean subtrees skipped."""
-    if not tree.root_node.has_error:
-        return
-    cursor = tree.walk()
-    while True:
-        node = cursor.node
-        descend = node.has_error
-        if node.is_error:
-            yield "ERROR", node
-            descend = False
-        elif node.is_missing:
-            yield "MISSING", node
-        if descend and cursor.goto_first_child():
-            continue
-        while not cursor.goto_next_sibling():
-            if not cursor.goto_parent():
-                return
 
 
 def problem(kind: str, node: Any, data: bytes) -> syntax.Problem:

@@ -247,10 +247,10 @@ def _parser(name: str):  # -> tree_sitter.Parser; imported here so module import
 
 def _tree_problems(data: bytes, name: str, locate_top: bool = False) -> list[Problem]:
     tree = _parser(name).parse(data)
-    return [_node_problem(kind, node, data) for kind, node in _issues(tree, locate_top)]
+    return [_node_problem(kind, node, data) for kind, node in issues(tree, locate_top)]
 
 
-def _issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
+def issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
     """ERROR and MISSING nodes in document order; an ERROR subtree is reported once.
 
     locate_top: an ERROR node that starts at the file's first byte, begins with valid code it
