@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from dlmcode import oracle, spans
+from dlmcode import oracle, spans, syntax
 from dlmcode.decoders import build
 from dlmcode.errors import UsageError
 from dlmcode.models.builtin import BuiltinTokenizer
@@ -96,8 +96,8 @@ def test_incremental_parse_equals_a_fresh_parse(lang, tokenizer):
         tokens[at] = torch.tensor([rng.choice(vocab) for _ in at])
         a, b = incremental(tokens), fresh(tokens)
         assert str(incremental.tree.root_node) == str(fresh.tree.root_node)
-        assert [(k, n.start_byte, n.end_byte) for k, n in oracle.issues(incremental.tree)] == [
-            (k, n.start_byte, n.end_byte) for k, n in oracle.issues(fresh.tree)
+        assert [(k, n.start_byte, n.end_byte) for k, n in syntax.issues(incremental.tree)] == [
+            (k, n.start_byte, n.end_byte) for k, n in syntax.issues(fresh.tree)
         ]
         assert torch.equal(a.flagged, b.flagged) and a.broken == b.broken
 
