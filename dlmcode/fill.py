@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import decoders, oracle, spans, syntax
-from .assistant import attach
+from .attach import attach
 from .canvas import Predict, Step, last
 from .decoders.base import Decoder
 from .errors import UsageError

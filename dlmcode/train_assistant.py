@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from . import assistant as A
+from .models import assistant as MA
 from . import train as T
 from .errors import UsageError
 
@@ -184,9 +185,9 @@ def factorised(blocks: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
 def new_assistant(cfg: AssistantTrainConfig, dlm, table: list[str], device: torch.device):
     """A fresh tiny assistant, or the HF causal LM `cfg.assistant` after checking it shares the tokenizer."""
     if not cfg.assistant:
-        acfg = A.AssistantConfig(vocab_size=len(table), dim=cfg.dim, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+        acfg = MA.AssistantConfig(vocab_size=len(table), dim=cfg.dim, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                                  ffn_mult=cfg.ffn_mult, vocab_sha256=A.fingerprint(table, len(table)), dllm=dlm.name)  # fmt: skip
-        return A.TinyAssistant(acfg).to(device)
+        return MA.TinyAssistant(acfg).to(device)
     from transformers import AutoModelForCausalLM
 
     from .models import hf, resolve
@@ -195,8 +196,8 @@ def new_assistant(cfg: AssistantTrainConfig, dlm, table: list[str], device: torc
     tokenizer = hf.load_tokenizer(path, False)
     shared = A.shared_ids(table, A.token_table(tokenizer))
     model = AutoModelForCausalLM.from_pretrained(path, **hf.pretrained_kwargs(torch.float32, False)).to(device)
-    open_id, close_id = A.boundary_ids(model, tokenizer)
-    return A.HfAssistant(model, shared, open_id, close_id, A.fingerprint(table, shared), dlm.name)
+    open_id, close_id = MA.boundary_ids(model, tokenizer)
+    return MA.HfAssistant(model, shared, open_id, close_id, A.fingerprint(table, shared), dlm.name)
 
 
 def prepare(cfg: AssistantTrainConfig):
@@ -301,9 +302,9 @@ def checkpoint(cfg, model, opt, state, rng, held, out: Path, device) -> dict:
               "heldout_dllm_loss": factorised(held), "elapsed": state["elapsed"]}  # fmt: skip
     if loss < state["best_eval"]:
         state["best_eval"] = loss
-        A.save(model, out / "best")
+        MA.save(model, out / "best")
         record["best"] = True
-    A.save(model, out / "last")
+    MA.save(model, out / "last")
     T.save_checkpoint(out / "ckpt.pt", model, opt, state, rng)
     with open(out / "log.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
@@ -342,7 +343,7 @@ def command(cfg: AssistantTrainConfig) -> str:
 def export(run: str | Path, dest: str | Path) -> Path:
     """Copy run/best to `dest` (float32) with a MODEL_CARD.md drawn from the run's records."""
     run, dest = Path(run), Path(dest)
-    A.save(A.load(run / "best"), dest)
+    MA.save(MA.load(run / "best"), dest)
     (dest / "MODEL_CARD.md").write_text(card(run, dest))
     return dest
 
@@ -353,7 +354,7 @@ def card(run: Path, dest: Path) -> str:
     best = min(checks, key=lambda r: r["heldout_loss"])
     cfg, data = info["train"], info["data"]
     model = json.loads((dest / "config.json").read_text())
-    params = sum(t.numel() for t in A.load(dest).state_dict().values())
+    params = sum(t.numel() for t in MA.load(dest).state_dict().values())
     return CARD.format(
         command=info["command"], dllm=data["dllm"], vocab=model.get("vocab_size"), dim=model.get("dim"),
         n_layers=model.get("n_layers"), n_heads=model.get("n_heads"), params=params, block=cfg["block"],

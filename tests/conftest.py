@@ -83,7 +83,7 @@ def decoders_get_a_tiny_assistant(monkeypatch):
     import dataclasses
     import typing
 
-    from dlmcode.assistant import AssistantConfig, TinyAssistant
+    from dlmcode.models.assistant import AssistantConfig, TinyAssistant
     from dlmcode.decoders import DECODERS
 
     for name, cls in DECODERS.items():

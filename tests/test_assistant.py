@@ -17,10 +17,12 @@ from typer.testing import CliRunner
 
 from dlmcode import assistant as A
 from dlmcode import train_assistant as TA
+from dlmcode.attach import attach
 from dlmcode.cli import app
 from dlmcode.decoders.codila import Codila
 from dlmcode.decoders.threshold import Threshold
 from dlmcode.errors import ModelError, UsageError
+from dlmcode.models import assistant as MA
 from dlmcode.models import load
 from tiny import tiny_builtin
 
@@ -29,10 +31,10 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FILES = ["textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "bisect.py", "copy.py"]  # copy.py is held out
 
 
-def tiny(vocab: int = 30, seed: int = 0, sha: str = "") -> A.TinyAssistant:
+def tiny(vocab: int = 30, seed: int = 0, sha: str = "") -> MA.TinyAssistant:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return A.TinyAssistant(A.AssistantConfig(vocab_size=vocab, dim=16, n_layers=1, n_heads=2, vocab_sha256=sha)).eval()
+        return MA.TinyAssistant(MA.AssistantConfig(vocab_size=vocab, dim=16, n_layers=1, n_heads=2, vocab_sha256=sha)).eval()
 
 
 def test_soft_embedding_of_a_one_hot_is_the_hard_embedding():
@@ -92,13 +94,13 @@ def test_block_loss_is_the_teacher_forced_decode():
 
 def test_folder_round_trip(tmp_path):
     model = tiny(sha="abc")
-    A.save(model, tmp_path / "a")
-    assert json.loads((tmp_path / "a" / "config.json").read_text())["model_type"] == A.MODEL_TYPE
-    again = A.load(tmp_path / "a")
+    MA.save(model, tmp_path / "a")
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["model_type"] == MA.MODEL_TYPE
+    again = MA.load(tmp_path / "a")
     x = A.prefix(model, torch.softmax(torch.randn(2, 3, 30), -1))
     assert torch.equal(model(x), again(x)) and again.vocab_sha256 == "abc"
     with pytest.raises(ModelError, match="no assistant"):
-        A.load(tmp_path)
+        MA.load(tmp_path)
 
 
 def test_marginals_drop_dllm_only_ids_and_renormalise():
@@ -128,29 +130,29 @@ def dlm(dlm_path):
     return load(str(dlm_path), device="cpu")
 
 
-def fitted(dlm) -> A.TinyAssistant:
+def fitted(dlm) -> MA.TinyAssistant:
     table = A.token_table(dlm.tokenizer)
     return tiny(len(table), sha=A.fingerprint(table, len(table)))
 
 
 def test_attach_passes_other_decoders_through_and_checks_the_tokenizer(dlm):
-    assert A.attach(Threshold(), dlm) == Threshold()
+    assert attach(Threshold(), dlm) == Threshold()
     ours = fitted(dlm)
-    assert A.attach(dataclasses.replace(Codila(), assistant=ours), dlm).assistant is ours
+    assert attach(dataclasses.replace(Codila(), assistant=ours), dlm).assistant is ours
     with pytest.raises(ModelError, match="does not share the tokenizer"):
-        A.attach(dataclasses.replace(Codila(), assistant=tiny(len(A.token_table(dlm.tokenizer)), sha="0" * 64)), dlm)
+        attach(dataclasses.replace(Codila(), assistant=tiny(len(A.token_table(dlm.tokenizer)), sha="0" * 64)), dlm)
 
 
 def test_attach_without_an_assistant_says_how_to_train_one(dlm):
     other = dataclasses.replace(dlm, family="masked-lm")
     with pytest.raises(ModelError, match=r"codila needs an assistant for this model; train one with `dlmcode train-assistant"):
-        A.attach(Codila(), other)
+        attach(Codila(), other)
 
 
 def test_attach_loads_a_path(dlm, tmp_path):
-    A.save(fitted(dlm), tmp_path / "a")
-    attached = A.attach(Codila(assistant=str(tmp_path / "a")), dlm)
-    assert isinstance(attached.assistant, A.TinyAssistant)
+    MA.save(fitted(dlm), tmp_path / "a")
+    attached = attach(Codila(assistant=str(tmp_path / "a")), dlm)
+    assert isinstance(attached.assistant, MA.TinyAssistant)
 
 
 # --- train-assistant ------------------------------------------------------------------------
@@ -179,7 +181,7 @@ def test_train_assistant_loss_goes_down_and_resumes(dlm_path, mini_stdlib, tmp_p
     assert sum(losses[-2:]) / 2 < losses[0] - 0.5, losses
     checks = [r for r in records if r.get("event") == "checkpoint"]
     assert checks[-1]["heldout_loss"] < checks[-1]["heldout_dllm_loss"]  # beats the random dLLM's marginals
-    assert A.load(tmp_path / "run" / "best").vocab == len(A.token_table(load(str(dlm_path), device="cpu").tokenizer))
+    assert MA.load(tmp_path / "run" / "best").vocab == len(A.token_table(load(str(dlm_path), device="cpu").tokenizer))
     more = list(TA.logged(micro(dlm_path, mini_stdlib, tmp_path / "run", max_steps=45)))
     assert more[1]["event"] == "resumed" and more[1]["step"] == 40
     assert [r["step"] for r in more if "loss" in r] == [45]
@@ -209,12 +211,12 @@ def test_train_assistant_rejects_unknown_settings():
 
 
 def test_the_shipped_assistant_fits_the_builtin_tokenizer():
-    path = A.shipped_path()
+    path = MA.shipped_path()
     if not (path / "config.json").exists() or not (Path(str(path.parent / "builtin" / "tokenizer.json"))).exists():
         pytest.skip("the built-in model or its assistant is not exported yet")
     from dlmcode.models.builtin import BuiltinTokenizer
 
-    A.check(A.load(path), A.token_table(BuiltinTokenizer.from_file(path.parent / "builtin" / "tokenizer.json")))
+    A.check(MA.load(path), A.token_table(BuiltinTokenizer.from_file(path.parent / "builtin" / "tokenizer.json")))
     assert "Held-out" in (path / "MODEL_CARD.md").read_text()
 
 
@@ -229,16 +231,16 @@ def test_a_hf_causal_lm_reads_soft_embeddings_and_round_trips(dlm, tmp_path):
     config = LlamaConfig(vocab_size=len(table) + 2, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
     torch.manual_seed(0)
-    model = A.HfAssistant(LlamaForCausalLM(config).eval(), len(table), len(table), len(table) + 1, A.fingerprint(table, len(table)))
+    model = MA.HfAssistant(LlamaForCausalLM(config).eval(), len(table), len(table), len(table) + 1, A.fingerprint(table, len(table)))
     probs = torch.softmax(torch.randn(2, 3, len(table)), -1)
     ids, entropies = A.decode(model, probs, 0.0, torch.Generator(), banned=dlm.mask_id)
     assert ids.shape == (2, 3) and A.block_loss(model, probs, ids).item() > 0
     x = torch.cat([A.prefix(model, probs), model.embed_ids(ids[:, :2])], 1)  # the decode's whole sequence
     whole = torch.log_softmax(model(x)[:, -3:].float(), -1)  # next-token distributions without the model's cache
     assert torch.allclose(-(whole.exp() * whole).sum(-1), entropies, atol=1e-4)  # the cached decode saw the same
-    A.save(model, tmp_path / "hf")
-    again = A.attach(Codila(assistant=str(tmp_path / "hf")), dlm).assistant
-    assert isinstance(again, A.HfAssistant) and torch.equal(A.decode(again, probs, 0.0, torch.Generator())[0], ids)
+    MA.save(model, tmp_path / "hf")
+    again = attach(Codila(assistant=str(tmp_path / "hf")), dlm).assistant
+    assert isinstance(again, MA.HfAssistant) and torch.equal(A.decode(again, probs, 0.0, torch.Generator())[0], ids)
 
 
 @pytest.mark.slow
@@ -253,8 +255,8 @@ def test_train_assistant_fine_tunes_a_hf_causal_lm_with_the_same_tokenizer(dlm_p
     tokenizer.save_pretrained(tmp_path / "hf")
     records = list(TA.logged(micro(dlm_path, mini_stdlib, tmp_path / "run", assistant=str(tmp_path / "hf"), max_steps=3)))
     assert records[-1]["event"] == "done"
-    trained = A.load(tmp_path / "run" / "best")
-    assert isinstance(trained, A.HfAssistant) and (trained.open_id, trained.close_id) == (len(tokenizer), len(tokenizer) + 1)
+    trained = MA.load(tmp_path / "run" / "best")
+    assert isinstance(trained, MA.HfAssistant) and (trained.open_id, trained.close_id) == (len(tokenizer), len(tokenizer) + 1)
     assert trained.vocab == len(tokenizer)  # the same tokenizer: every id is shared
 
 

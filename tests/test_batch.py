@@ -1,4 +1,4 @@
-"""Batching behind predict (models/batch.py): padded forwards equal unpadded ones, and decodes
+"""Batching behind predict (dlmcode/batch.py over models/batch.py): padded forwards equal unpadded ones, and decodes
 give the same tokens and calls at every batch size (no Fast-dLLM batch-size drift)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dlmcode import fill
 from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
 from dlmcode.errors import UsageError
-from dlmcode.models import batch
+from dlmcode import batch
 from tiny import SNIPPETS, tiny_builtin
 
 # (decoder, settings): a one-token baseline (sampled, so each job's own generator matters),

@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from dlmcode.assistant import AssistantConfig, TinyAssistant, block_loss
+from dlmcode.assistant import block_loss
+from dlmcode.models.assistant import AssistantConfig, TinyAssistant
 from dlmcode.canvas import Canvas
 from dlmcode.decoders.codila import Codila, candidates, penalize, prefix_length
 from dlmcode.decoders.threshold import Threshold

@@ -117,7 +117,8 @@ def test_mean_field_cannot_see_phrases_whose_vocabularies_are_disjoint():
 
 def trained_assistant(support: list[tuple[int, ...]], vocab: int, steps: int = 300):
     """A tiny assistant trained on the joint, reading the oracle's marginals of the all-holes canvas."""
-    from dlmcode.assistant import AssistantConfig, TinyAssistant, block_loss
+    from dlmcode.assistant import block_loss
+    from dlmcode.models.assistant import AssistantConfig, TinyAssistant
 
     probs = oracle(support, vocab)(torch.full((len(support[0]),), vocab)).softmax(-1).float()  # (L, V)
     phrases = torch.tensor(support)  # (K, L)

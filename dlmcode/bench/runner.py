@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import decoders, fill, spans, syntax, trivial
-from ..assistant import attach
+from ..attach import attach
 from ..decoders.base import Decoder
 from ..errors import DlmcodeError, InputError, UsageError
-from ..models import batch
+from .. import batch
 from ..models import cache as kvcache
 from ..models.base import Dlm
 from . import report, sandbox
@@ -228,7 +228,7 @@ def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, lengt
             limits: sandbox.Limits, done: Iterable[tuple] = (), batch_size: int = 1) -> Iterator[Sample]:  # fmt: skip
     """One Sample per task and setting not in `done`, task by task (every row advances together).
 
-    batch_size > 1: that many decodes share each model forward (models/batch.py), same Samples.
+    batch_size > 1: that many decodes share each model forward (dlmcode/batch.py), same Samples.
     """
     skip = set(done)
     todo = [(t, c) for t in tasks for c in configs if sample_key(t.task_id, c.name, c.settings, seed) not in skip]
@@ -401,7 +401,7 @@ class BenchRun:
     out: Path | None = None
     ranks: Ranks = field(default_factory=Ranks)
     strict: bool = True  # decoders were named: one that cannot run here is an error, not skipped
-    batch_size: int = 1  # decodes sharing each model forward (models/batch.py)
+    batch_size: int = 1  # decodes sharing each model forward (dlmcode/batch.py)
     suite: Suite = field(default_factory=lambda: Suite("", []))  # set by load()
     previous: dict[tuple, Sample] = field(default_factory=dict)  # samples found in --out, by key
     notes: list[str] = field(default_factory=list)  # what the user should know (printed on stderr)

@@ -146,8 +146,8 @@ def options_for(name: str, block: int) -> dict[str, int]:
 
 
 def make_decoder(name: str, block: int, dlm: Dlm) -> decoders.Decoder:
-    """The decoder with `options_for` settings; codila gets its assistant (assistant.attach)."""
-    from ..assistant import attach
+    """The decoder with `options_for` settings; codila gets its assistant (dlmcode.attach)."""
+    from ..attach import attach
 
     return attach(decoders.build(name, options_for(name, block)), dlm)
 

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ..errors import ModelError
 from . import batch
 from . import cache as kvcache
+from . import layers
 from .base import Dlm
 from .hf import first_line
 
@@ -75,54 +76,40 @@ def is_number(value: object, kind: type) -> bool:
     return isinstance(value, int) if kind is int else isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def rope_tables(length: int, head_dim: int, theta: float, device: torch.device, start: int = 0) -> tuple[Tensor, Tensor]:
-    """cos/sin of the rotary angles for positions start..start+length-1 (RoFormer, Su et al. 2021)."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
-    ang = torch.outer(pos, inv)  # (L, hd/2)
-    return ang.cos(), ang.sin()
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate halves of the head dim: x (B, H, L, hd), cos/sin (L, hd/2)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
-
 class Attention(nn.Module):
-    def __init__(self, cfg: BuiltinConfig) -> None:
+    def __init__(self, dim: int, n_heads: int) -> None:
         super().__init__()
-        self.n_heads = cfg.n_heads
-        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
-        self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
 
     def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k, v with RoPE applied, each (B, H, L, hd): the one place a KV cache hooks in."""
-        b, length, d = x.shape
-        q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        q, k, v = layers.split_heads(self.qkv(x), self.n_heads)
+        return layers.apply_rope(q, cos, sin), layers.apply_rope(k, cos, sin), v
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
         q, k, v = self.project(x, cos, sin)
         if cache is not None:  # a KV cache (models/cache.py) joins them with the kept k/v of the positions not run
             k, v = cache.join(k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, hd), bidirectional; mask (B, 1, 1, L) only hides padding
-        return self.out(y.transpose(1, 2).reshape(x.shape))
+        return self.out(layers.merge_heads(y))
 
 
-class Block(nn.Module):
+class Block(layers.PreNormBlock):
+    """Bidirectional pre-norm block; its attention (with the KV cache's hook) is `attn`."""
+
     def __init__(self, cfg: BuiltinConfig) -> None:
-        super().__init__()
-        self.norm1 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.attn = Attention(cfg)
-        self.norm2 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
-        self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
+        super().__init__(cfg.dim, cfg.n_heads, cfg.ffn_mult, cfg.norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin, cache, mask)
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+    def add_attention(self, dim: int, n_heads: int) -> None:
+        self.attn = Attention(dim, n_heads)
+
+    def attend(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
+        return self.attn(x, cos, sin, cache, mask)
+
+    def out_projection(self) -> nn.Linear:
+        return self.attn.out
 
 
 class DlmcodeDiffusionLM(nn.Module):
@@ -138,17 +125,7 @@ class DlmcodeDiffusionLM(nn.Module):
             self.init_weights()
 
     def init_weights(self) -> None:
-        cfg = self.cfg
-        self.apply(self._init)
-        for block in self.blocks:  # GPT-2 scaled init of the residual projections
-            std = 0.02 / math.sqrt(2 * cfg.n_layers)
-            nn.init.normal_(block.attn.out.weight, std=std)
-            nn.init.normal_(block.down.weight, std=std)
-
-    @staticmethod
-    def _init(m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=0.02)
+        layers.init_weights(self, self.blocks, self.cfg.n_layers)
 
     def hidden(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
         """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
@@ -156,7 +133,7 @@ class DlmcodeDiffusionLM(nn.Module):
         `mask` (B, L) bool, True at real positions: keys where it is False (right padding of a
         batch, models/batch.py) are never attended.
         """
-        cos, sin = rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
+        cos, sin = layers.rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, None if kv is None else kv.layer(i), None if mask is None else mask[:, None, None, :])

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..canvas import Predict
 from ..errors import ModelError
-from .builtin import apply_rope
+from .layers import apply_rope
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"

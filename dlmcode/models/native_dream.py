@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import native
-from .builtin import rope_tables
+from .layers import rope_tables
 from .native import NotNative, need, require
 
 EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"

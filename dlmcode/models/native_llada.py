@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import native
-from .builtin import rope_tables
+from .layers import rope_tables
 from .native import NotNative, need, require
 
 SUPPORTED = (  # (config key, the value we implement, the reference ModelConfig's default when absent)
