@@ -61,3 +61,16 @@ def test_serve_prints_its_address_serves_and_stops_on_ctrl_c():
     assert last == "dlmcode: interrupted; the server stopped"
     assert first.startswith(f"dlmcode: serving dlmcode (low-confidence) at http://127.0.0.1:{port}")
     assert "Traceback" not in err
+
+
+def test_serve_defaults_are_the_measured_ones(monkeypatch):
+    """block=8 and the dual cache (README: as good as the prefix cache on both suites, twice as fast)."""
+    import dlmcode.serve as server
+
+    seen = {}
+    monkeypatch.setattr(server, "run", lambda engine, host, port, key: seen.update(engine=engine, host=host, key=key))
+    r = runner.invoke(app, ["serve", "--port", "8099"])
+    assert r.exit_code == 0, r.output
+    engine = seen["engine"]
+    assert (seen["host"], seen["key"]) == ("127.0.0.1", None)
+    assert (engine.cache, engine.options) == ("dual", {"block": "8"})

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("-d", "--decoder", default="low-confidence")
     ap.add_argument("-o", "--option", action="append", help="decoder setting key=value [default: block=8, as `dlmcode serve`]")
-    ap.add_argument("--cache", default="prefix", help="KV cache, as `dlmcode serve` [default: prefix]")
+    ap.add_argument("--cache", default="dual", help="KV cache, as `dlmcode serve` [default: dual]")
     ap.add_argument("--no-tests", action="store_true", help="skip pass@1 (the sandbox)")
     ap.add_argument("--out", help="write every task's rows here as JSON lines")
     ap.add_argument("--modes", default="editor,oracle", help="which decodes to run, comma-separated")

@@ -118,6 +118,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", args.decoder]
     cmd += [x for o in args.option for x in ("-o", o)] + (["--model", args.model] if args.model else [])
+    cmd += ["--cache", args.cache] if args.cache else []
     env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-d", "--decoder", default="low-confidence")
     ap.add_argument("-o", "--option", action="append", default=[])
     ap.add_argument("--threads", type=int, help="the started server's CPU threads (OMP_NUM_THREADS)")
+    ap.add_argument("--cache", help="the started server's --cache (default: the server's own)")
     ap.add_argument("--tasks", type=int, default=50, help="heldout-single holes to draw from (the first M are sent)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed requests before the first level")
     args = ap.parse_args(argv)
