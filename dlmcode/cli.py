@@ -20,6 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from . import files
 from .errors import DlmcodeError, UsageError
+from .run import SEED_MAX, RunSettings
 
 # Click's exception base as Typer raises it: the click package (typer < 0.22) or Typer's vendored copy
 ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -76,9 +77,6 @@ def finite(value: float | None) -> float | None:
     return value
 
 
-SEED_MAX = 2**63 - 1  # torch seeds are 64-bit; bench and compare add small offsets to the seed
-
-
 def seed_range(value: int) -> int:
     if not 0 <= value <= SEED_MAX:
         raise typer.BadParameter(f"{value} is out of range; give 0 to 2**63 - 1")
@@ -124,16 +122,18 @@ def reported(interrupted: str = "no file was changed") -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def load_model(model: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool, quiet: bool,
-               offline: bool = False) -> Any:
+def load_model(run: RunSettings, quiet: bool) -> Any:
+    """The model a RunSettings names (run.py), loaded under a spinner."""
     from . import cpu, view
     from .models import BUILTIN, load, resolve
 
     cpu.configure_threads()  # the CLI owns its process: thread defaults that hold up on a busy machine
-    if model and model != BUILTIN:
-        resolve(model, offline=offline or None)  # before the spinner: a hub download draws its own progress bars
+    offline = run.offline or None
+    if run.model and run.model != BUILTIN:
+        resolve(run.model, offline=offline)  # before the spinner: a hub download draws its own progress bars
     with view.console(quiet).status("loading model…"):
-        return load(model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code, offline=offline or None)
+        return load(run.model, device=run.device, dtype=run.dtype, family=run.family, trust_remote_code=run.trust_remote_code,
+                    offline=offline)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -214,18 +214,16 @@ def infill(
             raise UsageError("--in-place needs a file, not stdin")
         with starting(quiet):
             from . import decoders, fill, spans
-            from .models.cache import CacheSettings
         source = files.read_source(file)
         if in_place:
             files.edit_target(file, force)  # a read-only file or folder fails now, not after the decode
         where = spans.parse_span(span, source) if span is not None else None
-        options = decoders.parse_options(option or [])
-        n, lang_name = parse_length(length), language(file, lang, required=False)
-        CacheSettings(cache, refresh=cache_refresh)  # a bad --cache fails before the model loads
-        check_refresh(cache, cache_refresh)
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet, offline)
-        job = fill.prepare_infill(source, where, dlm=dlm, decoder=decoder, options=options, length=n, seed=seed,
-                                  temperature=temperature, lang=lang_name, cache=cache, cache_refresh=cache_refresh)
+        run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
+                          offline=offline, decoder=decoder, options=decoders.parse_options(option or []),
+                          temperature=temperature, seed=seed, length=parse_length(length),
+                          lang=language(file, lang, required=False), cache=cache,
+                          cache_refresh=cache_refresh).strict()  # every setting checked before the model loads
+        job = fill.infill_job(source, where, load_model(run, quiet), run)
         result = run_job(job, quiet, json_out=False)
         text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
         patch = files.unified_diff(source, text, file) if diff else None
@@ -238,11 +236,6 @@ def infill(
             sys.stdout.write(patch)
         elif not in_place:
             sys.stdout.write(text)
-
-
-def check_refresh(cache: str, cache_refresh: int) -> None:
-    if cache_refresh and cache == "none":
-        raise UsageError(f"--cache-refresh {cache_refresh} does nothing without a cache: add --cache prefix or --cache dual")
 
 
 @app.command()
@@ -274,19 +267,14 @@ def generate(
     with reported():
         with starting(quiet):
             from . import decoders, fill
-            from .models.cache import CacheSettings
         prompt = files.read_source(prompt_file)
-        options = decoders.parse_options(option or [])
-        if length <= 0:
-            raise UsageError(f"--length {length}: give a positive number of tokens")
+        run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
+                          offline=offline, decoder=decoder, options=decoders.parse_options(option or []),
+                          temperature=temperature, seed=seed, length=length,
+                          lang=language(prompt_file, lang, required=False), cache=cache,
+                          cache_refresh=cache_refresh).strict()  # every setting checked before the model loads
         eos = fill.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
-        lang_name = language(prompt_file, lang, required=False)
-        CacheSettings(cache, refresh=cache_refresh)  # a bad --cache fails before the model loads
-        check_refresh(cache, cache_refresh)
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet, offline)
-        job = fill.prepare_generate(prompt, dlm=dlm, decoder=decoder, options=options, length=length, seed=seed,
-                                    temperature=temperature, lang=lang_name, chat=chat, raw=raw, eos=eos,
-                                    cache=cache, cache_refresh=cache_refresh)
+        job = fill.generate_job(prompt, load_model(run, quiet), run, chat=chat, raw=raw, eos=eos)
         result = run_job(job, quiet, json_out)
         if not json_out:
             sys.stdout.write(result.text)
@@ -401,16 +389,18 @@ def compare(
         source = files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
         temp, note = runner.compare_temperature(samples, temperature)
-        configs = runner.configs(decoder or [], option or [], [], temp)
-        lang_name, n = language(file, lang, required=False), parse_length(length)
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet, offline)
+        configs = runner.configs(decoder or [], option or [], [], temp)  # each config: its decoder, settings and cache
+        run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
+                          offline=offline, length=parse_length(length),
+                          lang=language(file, lang, required=False))  # decoder, temperature, cache: each config's
+        dlm = load_model(run, quiet)
         configs, skipped = runner.attach_all(configs, dlm, strict=bool(decoder))
         out = view.console(quiet)
         for line in filter(None, [note, *skipped]):
             out.print(line, soft_wrap=True)
         where_label = f"lines {span}" if span is not None else "⟦fill⟧ markers"
         board = live.Board(configs, samples, out, f"compare · {file} · {where_label} · {samples} run(s) each")
-        found = board.follow(runner.compare(source, where, file, dlm, configs, samples, lang_name, n))
+        found = board.follow(runner.compare(source, where, file, dlm, configs, samples, run))
         out.print(board.table())
         if json_out:
             meta = {"input": file, "span": list(where) if where else None, "samples": samples, "temperature": temp, "model": dlm.name}
@@ -451,7 +441,9 @@ def bench(
         quiet = quiet or not run.ranks.lead
         run.ranks.join(device)  # under torchrun: join before loading, so a rank that fails tells the others
         with run.ranks.failing_fast():
-            dlm = load_model(model, run.ranks.device(device), dtype, family, trust_remote_code, quiet, offline)
+            model_run = RunSettings(model=model, device=run.ranks.device(device), dtype=dtype, family=family,
+                                    trust_remote_code=trust_remote_code, offline=offline)  # decoding: each config's
+            dlm = load_model(model_run, quiet)
             run.load(dlm)
             con, title = view.console(quiet), f"bench · {suite} · {len(run.suite.tasks)} tasks"
             for note in run.notes:
@@ -543,7 +535,8 @@ def serve(
             raise UsageError(f"--lines {lines}: give a number of lines, or 0 for no limit")
         from . import serve as server
 
-        dlm = load_model(model, device, dtype, family, trust_remote_code, quiet=False)
+        model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
+        dlm = load_model(model_run, quiet=False)
         engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines)
         server.run(engine, host, port, api_key or None)
 

@@ -23,6 +23,7 @@ from .decoders.base import Decoder
 from .errors import UsageError
 from .models import cache as kvcache
 from .models.base import Dlm
+from .run import AUTO, RunSettings
 
 Follow = Callable[[Iterator[Step]], Step | None]
 
@@ -135,7 +136,6 @@ def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
         yield step
 
 
-AUTO = "auto"
 AUTO_MARKER_LENGTH = 32  # holes for a ⟦fill⟧ marker under --length auto (our choice)
 AUTO_MAX_EXTRA = 32  # the built-in model never saw more than 32 pads after a hole's content
 
@@ -187,10 +187,17 @@ def prepare_infill(
     """A Job that rewrites lines span[0]..span[1] (1-based, inclusive), or the file's fill markers.
 
     `cache` (none, prefix, dual) and `cache_refresh` set the KV cache (models/cache.py).
+    The keyword arguments are a RunSettings' fields (run.py); infill_job takes one.
     """
-    model = default_model(dlm)
-    built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
-    model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
+    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
+                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    return infill_job(source, span, default_model(dlm), run)
+
+
+def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSettings) -> Job:
+    """prepare_infill's Job, from one run's settings (the CLI builds them from its flags)."""
+    built, model = decoding(dlm, run)
+    length = run.length
     auto = length == AUTO
     if auto:
         length = auto_length(source, span, model.tokenizer)
@@ -198,7 +205,13 @@ def prepare_infill(
     if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
         plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
     predict = model.predict if auto else exact_length(model)
-    return Job(plan, model, built, seed, lang, predict=predict)
+    return Job(plan, model, built, run.seed, run.lang, predict=predict)
+
+
+def decoding(dlm: Dlm, run: RunSettings) -> tuple[Decoder, Dlm]:
+    """The run's decoder (temperature applied, codila's assistant attached) and the model behind its KV cache."""
+    built = attach(make_decoder(run.decoder, run.options, run.temperature), dlm)  # codila: its assistant
+    return built, kvcache.attach(dlm, run.cache, run.cache_refresh, getattr(built, "block", 0))
 
 
 def prepare_generate(
@@ -217,23 +230,34 @@ def prepare_generate(
     cache: str = "none",
     cache_refresh: int = 0,
 ) -> Job:
-    """A Job that continues `prompt` with `length` holes; with a chat model the prompt is a request."""
-    model = default_model(dlm)
-    built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
-    model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
+    """A Job that continues `prompt` with `length` holes; with a chat model the prompt is a request.
+
+    The keyword arguments but chat, raw and eos are a RunSettings' fields (run.py); generate_job takes one.
+    """
+    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
+                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    return generate_job(prompt, default_model(dlm), run, chat=chat, raw=raw, eos=eos)
+
+
+def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None = None, raw: bool = False,
+                 eos: EndOfText | None = None) -> Job:  # fmt: skip
+    """prepare_generate's Job, from one run's settings; `length` must be a number of tokens."""
+    if not isinstance(run.length, int):
+        raise UsageError(f"--length {run.length!r}: give a positive number of tokens")
+    built, model = decoding(dlm, run)
     use_chat = (model.chat is not None) if chat is None else chat
     if use_chat and model.chat is None:
         raise UsageError(f"--chat: model {model.name!r} has no chat template")
     eos = eos or EndOfText()
     text = model.chat(prompt) if use_chat else prompt
-    plan = spans.plan_generate(text, model.tokenizer, model.mask_id, length, model.context, model.bos_id)
+    plan = spans.plan_generate(text, model.tokenizer, model.mask_id, run.length, model.context, model.bos_id)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     if not use_chat:
-        return Job(plan, model, built, seed, lang, trim_at=model.eos_id, predict=eos.wrap(model))
+        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, predict=eos.wrap(model))
     if oracle.wants(built):
         raise UsageError(f"decoder {decoders.name_of(built)!r} cannot guard a chat reply (its code is cut out after decoding); use --no-chat")
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
-    return Job(plan, model, built, seed, lang, finish=reply, trim_at=model.eos_id, predict=eos.wrap(model))
+    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, predict=eos.wrap(model))
 
 
 def prepare_middle(
@@ -256,9 +280,9 @@ def prepare_middle(
     `end_ids` (pad, end-of-text) may end the fill early: they are committed last, and the
     caller cuts the fill at the first (Result.ids); without them the holes hold code only.
     """
-    model = default_model(dlm)
-    built = attach(make_decoder(decoder, options, temperature), model)  # codila: its assistant
-    model = kvcache.attach(model, cache, cache_refresh, getattr(built, "block", 0))
+    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
+                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    built, model = decoding(default_model(dlm), run)
     plan = spans.plan_middle(prefix, suffix, model.tokenizer, model.mask_id, length, model.context, model.bos_id, model.eos_id)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
     predict = model.predict if end_ids else exact_length(model)

@@ -22,6 +22,7 @@ from dlmcode.cli import app
 from dlmcode.decoders import build
 from dlmcode.fill import Job
 from dlmcode.models.base import Dlm
+from dlmcode.run import RunSettings
 from dlmcode.syntax import Breakage, Region, breakage, check
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -303,7 +304,7 @@ def test_compare_and_bench_count_a_bad_marker_fill_as_broken():
     dlm = closing_brackets()
     (config,) = runner.configs(["low-confidence"], [], [])
     # compare: the marker's own text must not hide the fill's error
-    sample = runner.compare_one("def f(x):\n    return ⟦fill:2⟧\n", None, "f.py", dlm, config, 0, "python", None)
+    sample = runner.compare_one("def f(x):\n    return ⟦fill:2⟧\n", None, "f.py", dlm, config, 0, RunSettings(lang="python"))
     assert sample.output == "def f(x):\n    return ))\n"
     assert sample.breakage == {"broken": True, "new_errors": 1, "first_line": 2, "touches_span": True}
     assert metrics.tally([sample])["breakage_rate"] == 1.0

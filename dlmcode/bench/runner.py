@@ -30,6 +30,7 @@ from ..errors import DlmcodeError, InputError, UsageError
 from .. import batch
 from ..models import cache as kvcache
 from ..models.base import Dlm
+from ..run import RunSettings
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
 from .suites import Suite, Task
@@ -256,17 +257,20 @@ def compare_temperature(n: int, temperature: float | None) -> tuple[float | None
 
 
 def compare(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, configs: list[Config], n: int,
-            lang: str | None, length: int | None) -> Iterator[Sample]:  # fmt: skip
-    """Each setting n times on the same input, seeds 0..n-1, round-robin so that rows advance together."""
+            run: RunSettings) -> Iterator[Sample]:  # fmt: skip
+    """Each setting n times on the same input, seeds 0..n-1, round-robin so that rows advance together.
+
+    `run` gives the length and language; each config its decoder and cache, each round its seed."""
     for seed in range(n):
         for config in configs:
-            yield compare_one(source, span, name, dlm, config, seed, lang, length)
+            yield compare_one(source, span, name, dlm, config, seed, run)
 
 
 def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, config: Config, seed: int,
-                lang: str | None, length: int | None) -> Sample:  # fmt: skip
-    job = fill.prepare_infill(source, span, dlm=dlm, decoder=config.decoder, length=length, seed=seed, lang=lang,
-                              cache=config.cache.mode, cache_refresh=config.cache.refresh)
+                run: RunSettings) -> Sample:  # fmt: skip
+    run = dataclasses.replace(run, decoder=config.decoder, options=None, seed=seed, cache=config.cache.mode,
+                              cache_refresh=config.cache.refresh)  # fmt: skip
+    job = fill.infill_job(source, span, dlm, run)
     result = job.run()
     output, exact, plain = result.text, None, None
     if span is not None:
