@@ -485,7 +485,8 @@ def speed(
         cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats)
         con = view.console(quiet)
         with con.status("loading model…"):
-            dlm, note = timing.load(model, device, dtype, family, trust_remote_code, shape)
+            model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
+            dlm, note = timing.load(model_run, shape)
         rows = []
         with con.status("speed: warming up…") as status:
             for item in timing.stream(dlm, cfg):

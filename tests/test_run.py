@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import dlmcode
@@ -132,3 +133,13 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
         bad = CliRunner().invoke(cli.app, ["generate", str(prompt), "-m", model, *flags])
         assert (bad.exit_code, bad.stderr.strip(), bad.stdout) == (2, says, "")
     assert len(seen["load"]) == 1  # no model loaded for the bad ones
+
+
+def test_speed_loads_the_model_its_settings_name(model):
+    from dlmcode.bench import speed
+
+    dlm, note = speed.load(RunSettings(model=model, device="cpu", dtype="float32"))
+    assert (dlm.device.type, dlm.dtype, note) == ("cpu", torch.float32, None)
+    assert dlm.name == dlmcode.load(model, device="cpu", dtype="float32").name
+    with pytest.raises(UsageError, match="^--shape times a random model of a published architecture: give it or --model, not both$"):
+        speed.load(RunSettings(model=model), shape="llada-8b")

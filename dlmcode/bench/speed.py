@@ -34,6 +34,7 @@ from ..fill import counting
 from ..errors import DlmcodeError, UsageError
 from ..models import cache as kvcache
 from ..models.base import Dlm
+from ..run import RunSettings
 
 BASELINE = "low-confidence"  # one token per call: the reference every ratio is taken against
 TRAINING_FREE_TARGET = 0.10  # decoder overhead per call, as a share of a forward (issue 6 targets)
@@ -292,22 +293,22 @@ def table(rows: list[Row], title: str) -> Any:
     return t
 
 
-def load(name: str | None, device: str, dtype: str, family: str | None, trust_remote_code: bool,
-         shape: str | None = None) -> tuple[Dlm, str | None]:  # fmt: skip
-    """The model to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
+def load(run: RunSettings, shape: str | None = None) -> tuple[Dlm, str | None]:
+    """The model `run` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
     from .. import models
     from ..errors import ModelError
     from ..models.device import resolve_device, resolve_dtype
     from . import standins
 
+    name, device = run.model, run.device
     if shape is not None:
         if name is not None:
             raise UsageError("--shape times a random model of a published architecture: give it or --model, not both")
         where = resolve_device(device)
-        dlm = standins.published(shape, where, resolve_dtype(dtype, where))
+        dlm = standins.published(shape, where, resolve_dtype(run.dtype, where))
         return dlm, f"{dlm.name}: random weights at the published shapes (times are real; TPF and outputs mean nothing)"
     try:
-        return models.load(name, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code), None
+        return models.load(name, device=device, dtype=run.dtype, family=run.family, trust_remote_code=run.trust_remote_code), None
     except ModelError:
         if name is not None:
             raise
