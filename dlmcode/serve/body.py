@@ -132,3 +132,13 @@ def temperature(body: Mapping[str, Any], key: str = "temperature") -> float | No
 def seed(body: Mapping[str, Any], key: str = "seed") -> int:
     value = integer(body, key, 0)
     return 0 if value is None or value < 0 else value  # llama.cpp's -1 (random seed): ours is 0, reproducible
+
+
+def sampling(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampler fields every protocol has (Ollama keeps them in its `options`)."""
+    return {"temperature": temperature(fields), "seed": seed(fields), "stop": strings(fields, "stop")}
+
+
+def extensions(data: Mapping[str, Any]) -> dict[str, Any]:
+    """dlmcode's own request fields, the same in every protocol: decoder, lines, lang."""
+    return {"decoder": string(data, "decoder") or None, "lines": integer(data, "lines"), "lang": string(data, "lang") or None}

@@ -37,15 +37,11 @@ def common(data: Mapping[str, Any], prefix: str, suffix: str, extra: str = "") -
         suffix=suffix,
         extra=extra,
         ceiling=body.integer(data, "n_predict"),
-        decoder=body.string(data, "decoder") or None,
         options=body.mapping(data, "options"),
-        temperature=body.temperature(data),
-        seed=body.seed(data),
         time_ms=body.number(data, "t_max_predict_ms"),
-        stop=body.strings(data, "stop"),
         min_indent=max(0, body.integer(data, "n_indent", 0) or 0),
-        lines=body.integer(data, "lines"),
-        lang=body.string(data, "lang") or None,
+        **body.sampling(data),
+        **body.extensions(data),
     )
 
 

@@ -43,13 +43,9 @@ def generate(data: Mapping[str, Any]) -> Fill:
         prefix=prefix,
         suffix=suffix,
         ceiling=0 if not prompt and not suffix else ceiling,  # Ollama: an empty prompt only loads the model
-        decoder=body.string(data, "decoder") or None,
         options={k: v for k, v in options.items() if k not in OLLAMA_OPTIONS},
-        temperature=body.temperature(options),
-        seed=body.seed(options),
-        stop=body.strings(options, "stop"),
-        lines=body.integer(data, "lines"),
-        lang=body.string(data, "lang") or None,
+        **body.sampling(options),
+        **body.extensions(data),
     )
 
 

@@ -49,13 +49,9 @@ def completion(data: Mapping[str, Any]) -> Fill:
         prefix=prefix,
         suffix=suffix,
         ceiling=body.integer(data, "max_tokens"),
-        decoder=body.string(data, "decoder") or None,
         options=body.mapping(data, "options"),
-        temperature=body.temperature(data),
-        seed=body.seed(data),
-        stop=body.strings(data, "stop"),
-        lines=body.integer(data, "lines"),
-        lang=body.string(data, "lang") or None,
+        **body.sampling(data),
+        **body.extensions(data),
     )
 
 
