@@ -11,32 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from dlmcode import files
-from dlmcode.cli import app
-from tiny import tiny_builtin
+from test_cli import SOURCE, model, run, source  # noqa: F401  (the CLI tests' fixtures: a tiny model, a small file)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
 ROOT = os.geteuid() == 0
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-@pytest.fixture
-def source(tmp_path):
-    path = tmp_path / "point.py"
-    path.write_text(SOURCE)
-    return path
-
-
-def run(*args, input=None):
-    return CliRunner().invoke(app, [str(a) for a in args], input=input)
 
 
 def printed(model, path, *extra) -> str:
