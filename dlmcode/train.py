@@ -53,7 +53,7 @@ import typer
 
 from . import settings
 from .errors import UsageError
-from .models.builtin import SPECIAL_TOKENS, BuiltinConfig, BuiltinTokenizer, DlmcodeDiffusionLM, save
+from .models.builtin import SPECIAL_TOKENS, BuiltinConfig, BuiltinTokenizer, DlmcodeDiffusionLM, load_model, save
 
 EXCLUDED_DIRS = frozenset({"test", "tests", "idle_test", "idlelib", "site-packages", "__pycache__", "pydoc_data"})
 HELDOUT_MOD = 20  # sha1(relpath) % 20 == 0 -> held-out (~5 %)
@@ -98,6 +98,7 @@ class TrainConfig:
     log_every: int = 20  # steps between progress records
     eval_windows: int = 64  # held-out windows in each evaluation
     resume: bool = True  # continue from out/ckpt.pt when it exists
+    init: str = ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
 
 
 # ---------------------------------------------------------------- corpus
@@ -402,6 +403,19 @@ def save_checkpoint(path: Path, model, opt, state: dict, rng: np.random.Generato
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
 
 
+def initialise(model: DlmcodeDiffusionLM, folder: Path, tokenizer: BuiltinTokenizer) -> None:
+    """Copy a saved model's weights into `model` (continued training; the context may grow, RoPE has no table)."""
+    src = load_model(folder, torch.device("cpu"), torch.float32)
+    for key in ("vocab_size", "dim", "n_layers", "n_heads", "ffn_mult"):
+        if getattr(src.cfg, key) != getattr(model.cfg, key):
+            raise UsageError(f"init={folder}: its {key} is {getattr(src.cfg, key)}, this run's is {getattr(model.cfg, key)}")
+    theirs = BuiltinTokenizer.from_file(folder / "tokenizer.json").tok.get_vocab()
+    if theirs != tokenizer.tok.get_vocab():
+        raise UsageError(f"init={folder}: its tokenizer is not the training data's (tokenize the corpus with --tokenizer {folder / 'tokenizer.json'})")
+    device = next(model.parameters()).device
+    model.load_state_dict({k: v.to(device) for k, v in src.state_dict().items()})
+
+
 def load_checkpoint(path: Path, model, opt, rng: np.random.Generator) -> dict:
     ck = torch.load(path, map_location="cpu", weights_only=False)
     model.load_state_dict(ck["model"])
@@ -501,6 +515,9 @@ def train(cfg: TrainConfig) -> Iterator[dict]:
     if cfg.resume and ckpt.exists():
         state = load_checkpoint(ckpt, model, opt, rng)
         yield {"event": "resumed", **state}
+    elif cfg.init:
+        initialise(model, Path(cfg.init), tokenizer)
+        yield {"event": "initialised", "from": cfg.init}
     yield from loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out, device)
 
 
@@ -592,8 +609,6 @@ def run(cfg: TrainConfig) -> dict:
 
 def export(src: str | Path, dest: str | Path, card: str = "", dtype: torch.dtype = torch.bfloat16) -> Path:
     """Copy a saved model folder (run/best or run/last) to `dest` in `dtype`, with a model card."""
-    from .models.builtin import load_model
-
     src, dest = Path(src), Path(dest)
     model = load_model(src, torch.device("cpu"), torch.float32)
     save(model, BuiltinTokenizer.from_file(src / "tokenizer.json"), dest, dtype=dtype)
@@ -617,10 +632,11 @@ def model_card(run_dir: str | Path, evaluation: str = "", notes: str = "") -> st
     else:
         corpus = (f"CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), "
                   f"{data['files_heldout']} held-out files (sha1(path) % 20 == 0)")  # fmt: skip
+    origin = f"continued from the weights in `{cfg['init']}` by `dlmcode.train`" if cfg.get("init") else "trained from scratch by `dlmcode.train`"
     return f"""# dlmcode built-in model
 
 A small masked-diffusion code model (MDLM/LLaDA objective with line/span holes and
-over-allocated [PAD] holes for `--length auto`), trained from scratch by `dlmcode.train`.
+over-allocated [PAD] holes for `--length auto`), {origin}.
 
 | | |
 |---|---|

@@ -189,3 +189,23 @@ def test_v2_defaults_fit_the_size_budget_and_a_512_token_canvas(tmp_path):
     loaded = builtin.load(tmp_path / "v2", torch.device("cpu"), torch.float32)
     assert loaded.context == cfg.seq
     assert loaded.predict(torch.full((cfg.seq,), 5, dtype=torch.long)).shape == (cfg.seq, cfg.vocab_size)
+
+
+def test_init_continues_a_saved_model_at_a_longer_context(mini_stdlib, tmp_path):
+    """init=DIR copies a model's weights into a fresh run (v2 continues v1 at context 512), checking it fits."""
+    list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=10)))
+    src = tmp_path / "a" / "best"
+    cfg = micro(mini_stdlib, tmp_path / "b", max_steps=1, seq=128, lr=0.0, init=str(src))
+    records = list(T.train(cfg))
+    assert next(r for r in records if r.get("event") == "initialised")["from"] == str(src)
+    before = builtin.load_model(src, torch.device("cpu"), torch.float32)
+    after = builtin.load_model(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
+    assert after.cfg.context == 128 and before.cfg.context == 64
+    assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values()))
+    fresh = micro(mini_stdlib, tmp_path / "c", max_steps=1, lr=0.0)
+    list(T.train(fresh))
+    assert not torch.equal(builtin.load_model(tmp_path / "c" / "last", torch.device("cpu"), torch.float32).embed.weight, before.embed.weight)
+    with pytest.raises(UsageError, match="its dim is 32, this run's is 48"):
+        list(T.train(micro(mini_stdlib, tmp_path / "d", max_steps=1, dim=48, init=str(src))))
+    with pytest.raises(UsageError, match="its tokenizer is not the training data's"):
+        list(T.train(micro(mini_stdlib, tmp_path / "e", max_steps=1, vocab_size=384, max_files=2, init=str(src))))
