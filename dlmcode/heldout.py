@@ -273,6 +273,25 @@ def table(summaries: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def versus(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]], labels: tuple[str, str] = ("v1", "v2")) -> str:
+    """Two models' summary records side by side (a Markdown table, "before / after" in each
+    cell), matched by source, decoder and kind; rows of only one model are left out."""
+    key = lambda s: (s.get("source", "stdlib"), s["decoder"], s["kind"])  # noqa: E731
+    old = {key(s): s for s in before}
+    cols = ["exact", "token_accuracy", "syntax_ok"]
+    head = ["source", "decoder", "kind", "n"] + [f"{c.replace('_', ' ')} {labels[0]} / {labels[1]}" for c in cols]
+    head += ["delete-line syntax ok", "copy-previous syntax ok"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in after:
+        o = old.get(key(s))
+        if o is None or o["n"] != s["n"]:
+            continue
+        cells = [*key(s), str(s["n"])] + [f"{o[c]} / **{s[c]}**" if s[c] > o[c] else f"{o[c]} / {s[c]}" for c in cols]
+        cells += ["" if s.get(c) is None else str(s[c]) for c in ("baseline_delete_syntax_ok", "baseline_copy_syntax_ok")]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     """`python -m dlmcode.heldout` settings (key=value, parsed like training's)."""

@@ -101,3 +101,16 @@ def test_heldout_baselines():
     assert TOY["a.py"][task.start : task.end] == "    return y"
     base = heldout.baselines(task, TOY["a.py"])
     assert base["delete_ok"] and base["copy_ok"] and not base["copy_exact"]
+
+
+def test_versus_puts_two_models_side_by_side():
+    old = [{"source": "stdlib", "decoder": "low-confidence", "kind": "line", "n": 100, "exact": 0.08, "token_accuracy": 0.2262,
+            "syntax_ok": 0.63, "baseline_delete_syntax_ok": 0.76, "baseline_copy_syntax_ok": 0.64},
+           {"source": "packages", "decoder": "low-confidence", "kind": "span", "n": 100, "exact": 0.02, "token_accuracy": 0.1,
+            "syntax_ok": 0.6}]  # fmt: skip
+    new = [{**old[0], "exact": 0.12, "syntax_ok": 0.61}, {**old[1], "n": 50}, {**old[1], "kind": "lines"}]
+    lines = heldout.versus(old, new).splitlines()
+    assert lines[0] == ("| source | decoder | kind | n | exact v1 / v2 | token accuracy v1 / v2 | syntax ok v1 / v2 "
+                        "| delete-line syntax ok | copy-previous syntax ok |")  # fmt: skip
+    assert lines[2] == "| stdlib | low-confidence | line | 100 | 0.08 / **0.12** | 0.2262 / 0.2262 | 0.63 / 0.61 | 0.76 | 0.64 |"
+    assert len(lines) == 3  # a row with another task count, or missing from the first model, is not compared
