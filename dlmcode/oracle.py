@@ -30,7 +30,7 @@ from torch import Tensor
 from . import spans, syntax
 from .errors import DlmcodeError, UsageError
 
-TREE_SITTER_KINDS = ("ERROR", "MISSING")  # the problems one tree-sitter parse finds; other kinds are extra checkers'
+TREE_SITTER_KINDS = tuple(k for k, pool in syntax.POOL_OF_KIND.items() if pool == syntax.TREE_SITTER)  # one parse's problems; other kinds are extra checkers'
 EDITED = "edited"  # pairing key of every line inside the edited run of lines
 # Re-parse from the previous tree (tree.edit + parse(new, old)) from this size up; below it a fresh
 # parse is faster. Measured, median of 60 drafts with 1-6 changed tokens, on 2 busy cores:

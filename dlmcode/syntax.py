@@ -40,11 +40,11 @@ EXCERPT_CHARS = 24
 # bench or compare run); Reports are immutable, so caching them is safe.
 CHECK_CACHE_SIZE = 64
 
-ERROR, MISSING, COMPILE = "ERROR", "MISSING", "compile"
+ERROR, MISSING, UNCLOSED, COMPILE = "ERROR", "MISSING", "unclosed", "compile"
 # Problems are compared within the checker that found them: tree-sitter's ERROR and MISSING
 # nodes are one pool (recovery can turn one into the other), each extra checker is another.
 TREE_SITTER = "tree-sitter"
-POOL_OF_KIND = {ERROR: TREE_SITTER, MISSING: TREE_SITTER, COMPILE: COMPILE}
+POOL_OF_KIND = {ERROR: TREE_SITTER, MISSING: TREE_SITTER, UNCLOSED: TREE_SITTER, COMPILE: COMPILE}
 
 
 # ---------------------------------------------------------------- the language table
@@ -257,6 +257,8 @@ def issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
     swallowed (a whole construct, e.g. the file's first function) and nests other problems is
     reported as the first of them. Recovery wrapped everything up to the mistake in it, so
     its own place, 1:1, says nothing; the first nested problem is where parsing gave up.
+    Where it nests none but holds a bracket it never closes (a `{` whose `}` is missing), that
+    bracket is the place (UNCLOSED; the innermost one, nearest the mistake).
     Subtrees whose has_error is False are skipped, so a clean tree costs O(1).
     """
     if not tree.root_node.has_error:
@@ -269,7 +271,11 @@ def issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
             inner = _first_nested(node) if locate_top and node.start_byte == 0 else None
             if inner is not None and not _swallowed(node.children[0], inner):
                 inner = None  # the ERROR starts with the broken construct itself: its place is right
-            yield (MISSING if inner is not None and inner.is_missing else ERROR), inner or node
+            opener = _unclosed(node) if locate_top and node.start_byte == 0 and inner is None else None
+            if opener is not None:
+                yield UNCLOSED, opener
+            else:
+                yield (MISSING if inner is not None and inner.is_missing else ERROR), inner or node
             descend = False
         elif node.is_missing:
             yield MISSING, node
@@ -285,6 +291,19 @@ def _swallowed(first, inner) -> bool:
     return first.is_named and not first.has_error and first.end_point.row < inner.start_point.row
 
 
+PAIRS = {"{": "}", "(": ")", "[": "]"}
+
+
+def _unclosed(node):  # -> the innermost opening bracket among `node`'s children that none of them closes, or None
+    stack = []
+    for child in node.children:
+        if child.type in PAIRS:
+            stack.append(child)
+        elif stack and child.type == PAIRS[stack[-1].type]:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
 def _first_nested(node):  # -> the first ERROR or MISSING node strictly inside `node`, or None
     for child in node.children:
         if child.is_error or child.is_missing:
@@ -297,7 +316,10 @@ def _first_nested(node):  # -> the first ERROR or MISSING node strictly inside `
 
 def _node_problem(kind: str, node, data: bytes) -> Problem:
     start, end = node.start_point, node.end_point
-    message = _missing_message(node) if kind == MISSING else _error_message(data[node.start_byte : node.end_byte])
+    if kind == UNCLOSED:
+        message = f"{node.type!r} is never closed"
+    else:
+        message = _missing_message(node) if kind == MISSING else _error_message(data[node.start_byte : node.end_byte])
     return Problem(
         line=start.row + 1,
         column=start.column,

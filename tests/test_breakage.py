@@ -399,3 +399,14 @@ def test_a_file_top_error_that_is_the_broken_construct_keeps_its_place():
     # The first function's own header is broken: the ERROR node from 1:1 is the real place.
     text = "function f( {\n  return 1;\n}\n\nfunction g() {\n  return 2;\n}\n"
     assert [p.line for p in check(text, "javascript").problems] == [1]
+
+
+def test_an_unclosed_brace_is_placed_on_the_brace_not_the_file_top(tmp_path):
+    # tree-sitter-rust wraps the whole file in one ERROR that nests no other problem: it used
+    # to be reported at 1:1 as "unexpected 'fn main() {'". The brace nothing closes is the place.
+    path = tmp_path / "a.rs"
+    path.write_text('fn main() {\n    let x = 1;\n    if x > 0 {\n        println!("hi");\n\n}\n')
+    result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code == 1 and result.stdout.splitlines() == [f"{path}:1:11: '{{' is never closed"]
+    two = "fn a() -> i32 {\n    1\n}\n\nfn b() {\n    let v = vec![1];\n    for x in v {\n        a();\n"
+    assert [(p.line, p.column, p.kind) for p in check(two, "rust").problems] == [(7, 15, "unclosed")]
