@@ -19,7 +19,7 @@ equal unpadded ones only to rounding, and a token can differ only where two cand
 to that precision. Tests: rows within 1e-5, and the same tokens
 and calls at batch sizes 1, 2 and 4 on a model whose holes' confidences differ by ~1e-4.
 
-The batched forwards themselves are the models' (models/batch.py: `Dlm.forward_batch`, or one
+The batched forwards themselves are the models' (models/forward.py: `Dlm.forward_batch`, or one
 predict call per request for a family without one); this module, above the models, runs the
 jobs. Models never import it.
 """
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, TypeVar
 from torch import Tensor
 
 from .errors import UsageError
-from .models.batch import ForwardBatch, one_by_one
+from .models.forward import ForwardBatch, one_by_one
 
 if TYPE_CHECKING:
     from .fill import Job, Result

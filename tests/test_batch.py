@@ -1,4 +1,4 @@
-"""Batching behind predict (dlmcode/batch.py over models/batch.py): padded forwards equal unpadded ones, and decodes
+"""Batching behind predict (dlmcode/batch.py over models/forward.py): padded forwards equal unpadded ones, and decodes
 give the same tokens and calls at every batch size (no Fast-dLLM batch-size drift)."""
 
 from __future__ import annotations

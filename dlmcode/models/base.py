@@ -37,4 +37,4 @@ class Dlm:
     eot_id: int | None = None  # end-of-turn, where the family has one (LLaDA 126348)
     bos_id: int | None = None  # put first on every canvas, for models trained that way
     cached: Callable[[CacheSettings], Predict] | None = None  # a fresh predict with a prefix/dual KV cache; None: no cache
-    forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/batch.py); None: one predict each
+    forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/forward.py); None: one predict each

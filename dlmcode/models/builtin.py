@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ModelError
-from . import batch
+from . import forward
 from . import cache as kvcache
 from . import layers
 from .base import Dlm
@@ -131,7 +131,7 @@ class DlmcodeDiffusionLM(nn.Module):
         """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
 
         `mask` (B, L) bool, True at real positions: keys where it is False (right padding of a
-        batch, models/batch.py) are never attended.
+        batch, models/forward.py) are never attended.
         """
         cos, sin = layers.rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
@@ -261,5 +261,5 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         dtype=dtype,
         special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
-        forward_batch=batch.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
+        forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
     )

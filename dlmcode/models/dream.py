@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..canvas import Predict
 from ..errors import ModelError
-from . import batch, cache, hf, native, native_dream
+from . import cache, forward, hf, native, native_dream
 from .base import Dlm
 
 DREAM_MASK_ID = 151666  # <|mask|>
@@ -61,7 +61,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     tok = load_tokenizer(path)
     model = native.load_or_explain(native_dream.load_model, path, hf.label(path), TITLE, config, device, dtype)
     dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model, align=align), device, dtype)
-    padded = batch.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device)  # pads are never attended
+    padded = forward.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device)  # pads are never attended
     return dataclasses.replace(
         dlm,
         # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before the block

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..canvas import Predict
 from ..errors import ModelError
-from . import batch
+from . import forward
 
 WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
@@ -193,7 +193,7 @@ def framed(ids: Tensor, head: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
 def make_forward_batch(
     model: Any, pad_id: int, align: Callable[[Tensor], Tensor] | None = None, frame: tuple[list[int], list[int]] = ([], [])
 ) -> Callable[[list[Tensor]], list[Tensor]]:
-    """make_predict for several canvases in one forward (models/batch.py): each framed as predict
+    """make_predict for several canvases in one forward (models/forward.py): each framed as predict
     frames it, right-padded with `pad_id` and hidden by attention_mask, its rows aligned and cut back."""
     device = next(model.parameters()).device
     head, tail = (torch.tensor(ids, dtype=torch.long, device=device) for ids in frame)
@@ -201,7 +201,7 @@ def make_forward_batch(
     def forward_batch(seqs: list[Tensor]) -> list[Tensor]:
         seqs = [s.to(device, torch.long) for s in seqs]
         frames = [framed(s, head, tail) for s in seqs]
-        ids, keep = batch.pad([torch.cat([pre, s, post]) for s, (pre, post) in zip(seqs, frames)], pad_id)  # (B, P)
+        ids, keep = forward.pad([torch.cat([pre, s, post]) for s, (pre, post) in zip(seqs, frames)], pad_id)  # (B, P)
         with torch.inference_mode():
             logits = model(input_ids=ids, attention_mask=keep.long()).logits  # (B, P, V)
         rows = []

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..canvas import Predict
-from . import batch, cache, hf, native, native_llada
+from . import cache, forward, hf, native, native_llada
 from .base import Dlm
 
 LLADA_MASK_ID = 126336  # <|mdm_mask|>
@@ -42,7 +42,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     return dataclasses.replace(
         dlm,
         cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device),
-        forward_batch=batch.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device),  # pads are never attended
+        forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device),  # pads are never attended
     )
 
 

@@ -79,7 +79,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any = None, mask: Tensor | No
 
     With a cache (models/cache.py) the call computes only some positions: their k/v join
     the cached k/v of every other position of the canvas. `mask` (B, 1, 1, L) bool hides
-    padded keys of a batch (models/batch.py); without one every position sees every position.
+    padded keys of a batch (models/forward.py); without one every position sees every position.
     """
     if cache is not None:
         k, v = cache.join(k, v)  # (B, Hkv, L, hd)

@@ -121,7 +121,7 @@ class DreamLM(nn.Module):
     """ids (B, n) at positions start.. -> logits (B, n, V), still shifted: row i scores position i + 1.
 
     `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
-    True at real positions, for a right-padded batch (models/batch.py).
+    True at real positions, for a right-padded batch (models/forward.py).
     """
 
     def __init__(self, cfg: DreamConfig) -> None:

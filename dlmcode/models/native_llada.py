@@ -135,7 +135,7 @@ class LladaLM(nn.Module):
     """ids (B, n) at positions start.. -> logits (B, n, V); the checkpoint's top level is `model.`.
 
     `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
-    True at real positions, for a right-padded batch (models/batch.py).
+    True at real positions, for a right-padded batch (models/forward.py).
     """
 
     def __init__(self, cfg: LladaConfig) -> None:
