@@ -333,14 +333,15 @@ def test_infill_summary_names_the_real_line_and_agrees_with_itself(tmp_path, spa
     assert found, result.stderr
     first, where, filled = int(found[2]), found[3], int(found[4])
     line, out = int(span), result.stdout
-    assert filled == line and out.count("\n") == FUNS.count("\n")  # a one-line fill, on the span's line
+    extra = out.count("\n") - FUNS.count("\n")  # line breaks the model wrote into the fill (a token can be one)
+    assert filled == line and extra >= 0  # the fill starts on the span's line
     assert out.split("\n")[: line - 1] == FUNS.split("\n")[: line - 1]
-    assert out.split("\n")[line:] == FUNS.split("\n")[line:]
+    assert out.split("\n")[line + extra :] == FUNS.split("\n")[line:]
     assert (where == "inside") == (first == filled)
     # The line named is where the compiler (the precise checker) places the new mistake;
     # tree-sitter's ERROR node for it may start lines above, at the function or the file's top.
     (problem,) = [p for p in check(out, "python", raw=True).problems if p.kind == "compile"]
-    assert first == problem.line and first in (line, line + 1)
+    assert first == problem.line and line <= first <= line + extra + 1
 
 
 BOX = (
