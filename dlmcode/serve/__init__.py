@@ -50,6 +50,8 @@ def run(engine: Engine, host: str, port: int, api_key: str | None) -> None:
     print(f"dlmcode: serving {engine.name} ({engine.decoder}) at http://{shown}:{port} "
           "(llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate); Ctrl-C stops", file=sys.stderr, flush=True)
     server.run(sockets=[sock])
+    if server.should_exit:  # stopped by SIGINT/SIGTERM: uvicorn re-raises the signal, but through asyncio's
+        raise KeyboardInterrupt  # own SIGINT handler that can come back as a plain return (exit 0, seen once in CI)
 
 
 def listen(host: str, port: int) -> socket.socket:
