@@ -267,10 +267,13 @@ def table(summaries: Iterable[Mapping[str, Any]]) -> str:
             "baseline_delete_syntax_ok", "baseline_copy_syntax_ok", "tpf"]  # fmt: skip
     if any("source" in s for s in summaries):
         cols = ["source"] + cols
-    rows = ["| " + " | ".join(c.replace("_", " ") for c in cols) + " |", "|" + "---|" * len(cols)]
-    for s in summaries:
-        rows.append("| " + " | ".join("" if s.get(c) is None else str(s.get(c)) for c in cols) + " |")
-    return "\n".join(rows)
+    return markdown([c.replace("_", " ") for c in cols], [["" if s.get(c) is None else str(s.get(c)) for c in cols] for s in summaries])
+
+
+def markdown(head: list[str], rows: Iterable[list[str]]) -> str:
+    """A Markdown table: a header row, the rule, one line per row of cells."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "---|" * len(head), *map(line, rows)])
 
 
 def versus(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]], labels: tuple[str, str] = ("v1", "v2")) -> str:
@@ -281,15 +284,15 @@ def versus(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any
     cols = ["exact", "token_accuracy", "syntax_ok"]
     head = ["source", "decoder", "kind", "n"] + [f"{c.replace('_', ' ')} {labels[0]} / {labels[1]}" for c in cols]
     head += ["delete-line syntax ok", "copy-previous syntax ok"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for s in after:
         o = old.get(key(s))
         if o is None or o["n"] != s["n"]:
             continue
         cells = [*key(s), str(s["n"])] + [f"{o[c]} / **{s[c]}**" if s[c] > o[c] else f"{o[c]} / {s[c]}" for c in cols]
         cells += ["" if s.get(c) is None else str(s[c]) for c in ("baseline_delete_syntax_ok", "baseline_copy_syntax_ok")]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append(cells)
+    return markdown(head, rows)
 
 
 @dataclass(frozen=True)
