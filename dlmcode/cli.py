@@ -177,6 +177,8 @@ def run_job(job: Any, quiet: bool, json_out: bool) -> Any:
     from . import view
 
     out = view.console(quiet)
+    for note in job.notes:  # a guard that cannot hold is never silent, --quiet or not
+        sys.stderr.write(f"dlmcode: {note}\n")
     result = job.run(view.CanvasView(job, out).follow)
     out.print(view.summary(result), soft_wrap=True)
     if json_out:

@@ -8,6 +8,7 @@ decoder's Step stream (the CLI draws it live); `Job.run()` drains it into a Resu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import decoders, oracle, spans, syntax
+from . import decoders, guard, oracle, spans, syntax
 from .attach import attach
 from .canvas import Predict, Step, last
 from .decoders.base import Decoder
@@ -44,6 +45,8 @@ class Result:
     model: str
     reopened: int = 0  # committed tokens a decoder took back (each was decoded again; TPF still counts holes)
     fill_lines: tuple[tuple[int, int], ...] = ()  # 1-based inclusive lines of `text` each fill stands on
+    guard: Mapping[str, Any] | None = None  # a guarded decode's counters (guard.Stats); None: unguarded
+    notes: tuple[str, ...] = ()  # one line each, for the user: why a guard asked for could not hold
 
     @property
     def tpf(self) -> float:
@@ -63,6 +66,8 @@ class Result:
             "tpf": round(self.tpf, 4),
             "seconds": round(self.seconds, 4),
             "breakage": self.breakage.to_dict() if self.breakage else None,
+            "guard": dict(self.guard) if self.guard is not None else None,
+            "notes": list(self.notes),
         }
 
 
@@ -79,11 +84,62 @@ class Job:
     finish: Callable[[spans.Filled], str] | None = None  # a chat job: the code cut out of the reply, all of it the model's
     trim_at: int | None = None  # generate: the completion ends at the first end-of-text
     predict: Predict | None = None  # the model's predict with end-of-text policies applied
+    notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
 
     def __post_init__(self) -> None:
         if oracle.wants(self.decoder):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
             self.decoder = oracle.attach(self.decoder, self.plan, self.dlm.tokenizer, self.lang, self.before,
                                          self.dlm.special_ids, self.trim_at)  # fmt: skip
+        if getattr(self.decoder, "guard", False):
+            self.decoder = self.with_guard(self.decoder)
+
+    # ------------------------------------------------------------ the guard (dlmcode/guard.py)
+
+    def with_guard(self, decoder: Decoder) -> Decoder:
+        """The decoder with this plan's guard, or unguarded with a note saying why the guarantee cannot hold."""
+        why = self.unguardable()
+        found = fit = None
+        if why is None:
+            fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
+            found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge)
+            if found is None:
+                why = "no filling of the holes parses (does the code around them parse?)"
+        if why is not None:
+            self.notes.append(f"guard: {why}; decoding unguarded")
+            return dataclasses.replace(decoder, completer=None)
+        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit))
+
+    def unguardable(self) -> str | None:
+        if self.lang is None:
+            return "the code's language is unknown (name it with --lang)"
+        if self.finish is not None:
+            return "a chat reply's code is cut out of it after decoding"
+        return None
+
+    def judge(self, tokens: torch.Tensor) -> int:
+        """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule itself."""
+        canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
+        filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        found = self.breakage(filled, filled.text)
+        return found.new_errors if found is not None else 0
+
+    def blank(self) -> int | None:
+        """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last)."""
+        late = set(self.plan.canvas.late_ids)
+        return next((i for i in sorted(late) if i in self.dlm.special_ids and i != self.trim_at), None)
+
+    def text_around(self, tokens: torch.Tensor, start: int, stop: int) -> tuple[str, str]:
+        """The text before and after canvas positions [start, stop) of one hole (other holes as the user's text)."""
+        ids = tokens.tolist()
+        hole, run = next((h, r) for h, r in zip(self.plan.holes, self.plan.positions) if r.start <= start < r.stop)
+        head, tail = (spans.decode_fill(part, self.dlm.tokenizer, self.dlm.special_ids, self.trim_at)
+                      for part in (ids[run.start : start], ids[stop : run.stop]))  # fmt: skip
+        return self.plan.text[: hole.start_char] + head, tail + self.plan.text[hole.end_char :]
+
+    def around(self) -> list[tuple[str, str]]:
+        """Each hole's text before and after it in the user's code."""
+        text = self.plan.text
+        return [(text[: h.start_char], text[h.end_char :]) for h in self.plan.holes]
 
     def steps(self) -> Iterator[Step]:
         rng = torch.Generator().manual_seed(self.seed)
@@ -110,13 +166,24 @@ class Job:
             settings=decoders.settings_of(self.decoder),
             model=self.dlm.name,
             reopened=sum(taken),
+            guard=self.guard_stats(),
+            notes=tuple(self.notes),
             fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
         )
+
+    def guard_stats(self) -> dict[str, float] | None:
+        completer = getattr(self.decoder, "completer", None)
+        return completer.last.to_dict() if completer is not None and completer.last is not None else None
 
     @property
     def before(self) -> str:
         """The user's code, which breakage is measured against (spans.reference); a chat request is not code."""
-        return "" if self.finish else spans.reference(self.plan, self.originals)[0]
+        return "" if self.finish else self.reference[0]
+
+    @functools.cached_property
+    def reference(self) -> tuple[str, list[tuple[int, int]]]:
+        """The user's code and each hole's [start, end) chars in it (spans.reference), once per job."""
+        return spans.reference(self.plan, self.originals)
 
     def breakage(self, filled: spans.Filled, text: str) -> syntax.Breakage | None:
         """The syntax errors of `text` that the user's code did not have, one rule for every mode (README)."""
@@ -124,7 +191,7 @@ class Job:
             return None
         if self.finish:  # the whole reply is the model's: one hole, in an empty text
             return syntax.breakage("", text, self.lang, holes=[syntax.Region((0, 0), (0, len(text)))])
-        before, regions = spans.reference(self.plan, self.originals)
+        before, regions = self.reference
         holes = [syntax.Region(b, a) for b, a in zip(regions, filled.regions)]
         return syntax.breakage(before, text, self.lang, holes=holes)
 
@@ -255,7 +322,7 @@ def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None =
     if not use_chat:
         return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, predict=eos.wrap(model))
     if oracle.wants(built):
-        raise UsageError(f"decoder {decoders.name_of(built)!r} cannot guard a chat reply (its code is cut out after decoding); use --no-chat")
+        raise UsageError(f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat")
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
     return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, predict=eos.wrap(model))
 

@@ -335,7 +335,7 @@ def splice(
     runs = [canvas.tokens[r.start : r.stop].tolist() for r in plan.positions]
     if any(canvas.mask_id in run for run in runs):
         raise ValueError("splice needs a finished canvas: some holes are still masked")
-    fills = [_decode(run, tokenizer, drop_ids, trim_at) for run in runs]
+    fills = [decode_fill(run, tokenizer, drop_ids, trim_at) for run in runs]
     text, spans = _join(plan.text, plan.holes, fills)
     return Filled(text, [i for run in runs for i in run], fills, [_line_range(text, s, e) for s, e in spans], spans)
 
@@ -354,7 +354,8 @@ def reference(plan: Plan, originals: Sequence[str] | None = None) -> tuple[str, 
     return _join(plan.text, plan.holes, list(originals))
 
 
-def _decode(run: list[int], tokenizer: Tokenizer, drop_ids: frozenset[int], trim_at: int | None) -> str:
+def decode_fill(run: list[int], tokenizer: Tokenizer, drop_ids: frozenset[int], trim_at: int | None) -> str:
+    """One hole's text as splice makes it: cut at the first `trim_at`, `drop_ids` removed, decoded as one run."""
     if trim_at is not None and trim_at in run:
         run = run[: run.index(trim_at)]
     kept = [i for i in run if i not in drop_ids]

@@ -103,7 +103,8 @@ class CanvasView:
 def summary(result: Result) -> str:
     """One line: what was filled, at what cost, and the syntax it broke."""
     taken = f", reopened {result.reopened}" if result.reopened else ""
-    line = (f"{result.decoder}: filled {result.filled} holes in {result.calls} calls "
+    guarded = f" (guarded: {result.guard['guard_checks']:.0f} checks)" if result.guard is not None else ""
+    line = (f"{result.decoder}{guarded}: filled {result.filled} holes in {result.calls} calls "
             f"(TPF {result.tpf:.2f}{taken}) in {result.seconds:.2f} s")
     return f"{line} · {breakage_text(result)}"
 

@@ -53,7 +53,7 @@ def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
     cls = DECODERS.get(name)
     if cls is None:
         raise UsageError(f"unknown decoder {name!r}; choose from: {', '.join(DECODERS)}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
     hints = typing.get_type_hints(cls)
     values = {}
     for key, raw in (options or {}).items():

@@ -67,6 +67,8 @@ class Decoder:
 
     temperature: float = setting(0.0, "0 = argmax tokens; > 0 samples them (Gumbel-max in float64)")
     block: int = setting(0, "holes per semi-autoregressive block, left to right; 0 = one block")
+    guard: bool = setting(False, "commit only tokens after which the holes left can still be filled so that the file parses")
+    completer: Any = field(default=None, repr=False, compare=False, metadata={"internal": True})  # the job's Guard (dlmcode.guard)
 
     def __post_init__(self) -> None:
         check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
@@ -84,9 +86,10 @@ class Decoder:
         return holes
 
     def max_calls(self, n_holes: int) -> int:
-        """Upper bound on model calls for a canvas with `n_holes` holes."""
+        """Upper bound on model calls for a canvas with `n_holes` holes (guarded: a call may commit one hole only)."""
         sizes = [n_holes] if self.block == 0 else [min(self.block, n_holes - i) for i in range(0, n_holes, self.block)]
-        return sum(self.steps_for(n, b, len(sizes)) for b, n in enumerate(sizes))
+        scheduled = sum(self.steps_for(n, b, len(sizes)) for b, n in enumerate(sizes))
+        return max(scheduled, n_holes) if self.guard else scheduled
 
 
 def check(ok: bool, name: str, value: Any, why: str) -> None:
@@ -96,24 +99,71 @@ def check(ok: bool, name: str, value: Any, why: str) -> None:
 
 
 def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
-    """The semi-autoregressive loop: per block, call the model until the block has no holes."""
+    """The semi-autoregressive loop: per block, call the model until the block has no holes.
+
+    Guarded, a proposal the guard leaves for later is owed: the decoder no longer sees it (so
+    that schedules count what they expect) and the loop offers it again on every later call.
+    """
     calls = index = 0
+    gate = open_gate(decoder, canvas)
     runs = blocks(canvas, decoder.block)
     for number, positions in enumerate(runs):
-        step = 0
+        step, owed = 0, EMPTY
+        schedule = decoder.steps_for(len(positions), number, len(runs))
         while bool(canvas.holes[positions].any()):
             logits = predict(canvas.tokens)  # (L, V)
             calls += 1
             active = positions[canvas.holes[positions]]  # (H,)
-            rows = logits[active]  # (H, V)
-            ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), decoder.temperature, rng)  # (H,)
-            conf = sampling.confidence(rows, ids, canvas.late_ids)  # (H,)
-            choice = decoder.choose(rows, ids, conf, Block(number, len(runs), len(positions), step), rng)
-            chosen = choice.rows.to(active.device)  # decoders work where the logits are (a GPU); the canvas stays put
-            canvas = canvas.fill(active[chosen], ids[choice.rows].to(active.device))
-            yield Step(index, canvas, active[chosen], choice.scores.to(active.device), calls, {"block": number})
+            if gate is not None and step >= schedule:
+                owed = active  # the schedule is spent: whatever is left is offered
+            visible = active if gate is None else active[~torch.isin(active, owed)]
+            pos, ids, scores = EMPTY, EMPTY, torch.empty(0)
+            if visible.numel():
+                pos, ids, scores = propose(decoder, logits, canvas, visible, Block(number, len(runs), len(positions), step), rng)
+            if gate is not None:
+                pos, ids, scores, owed = guarded(gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng)
+            canvas = canvas.fill(pos, ids)
+            yield Step(index, canvas, pos, scores, calls, {"block": number})
             index += 1
             step += 1
+
+
+def propose(decoder: Decoder, logits: Tensor, canvas: Canvas, active: Tensor, block: Block,
+            rng: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """The decoder's choice among the active holes: their positions, proposed ids and scores."""
+    rows = logits[active]  # (H, V)
+    ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), decoder.temperature, rng)  # (H,)
+    conf = sampling.confidence(rows, ids, canvas.late_ids)  # (H,)
+    choice = decoder.choose(rows, ids, conf, block, rng)
+    chosen = choice.rows.to(active.device)  # decoders work where the logits are (a GPU); the canvas stays put
+    return active[chosen], ids[choice.rows].to(active.device), choice.scores.to(active.device)
+
+
+# ---------------------------------------------------------------- the guard (dlmcode/guard.py)
+
+
+def open_gate(decoder: Any, canvas: Canvas) -> Any:
+    """The guard's session for one decode, or None when the decoder runs unguarded (or no job handed it a guard)."""
+    completer = getattr(decoder, "completer", None)
+    return completer.begin(canvas.tokens) if getattr(decoder, "guard", False) and completer is not None else None
+
+
+def guarded(gate: Any, canvas: Canvas, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, owed: Tensor,
+            temperature: float, rng: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """The decoder's proposals and the owed holes (proposed anew) through the guard: what to commit, and what is owed now."""
+    device = canvas.tokens.device
+    owed = owed[canvas.holes[owed]]
+    extra = owed[~torch.isin(owed, pos)]
+    if extra.numel():
+        rows = logits[extra.to(logits.device)]  # (E, V)
+        more = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), temperature, rng)  # (E,)
+        conf = sampling.confidence(rows, more, canvas.late_ids)  # (E,)
+        pos = torch.cat([pos, extra.to(device)])
+        ids = torch.cat([ids.to(device), more.to(device)])
+        scores = torch.cat([scores.to(device).to(conf.dtype), conf.to(device)])
+    offered = pos
+    pos, ids, scores = gate.admit(canvas.tokens, logits, pos, ids, scores)
+    return pos, ids, scores, offered[~torch.isin(offered, pos)]
 
 
 # ---------------------------------------------------------------- decoders that take tokens back
@@ -192,6 +242,7 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
         rank[positions] = number
     rank = rank[span]  # (P,)
     budget, total, calls, index, memory = decoder.reopens(canvas.n_holes), 0, 0, 0, {}
+    gate = open_gate(decoder, canvas)
     for number, positions in enumerate(runs):
         upto, current, step = rank <= number, rank == number, 0  # (P,) bool each
         while bool(canvas.holes[span][upto].any()):
@@ -205,9 +256,13 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
             total += len(reopen)
             ids = window.ids[commit].to(span.device)
             commit, reopen = commit.to(span.device), reopen.to(span.device)  # decoders work where the logits are
-            canvas = (canvas.reopen(span[reopen]) if reopen.numel() else canvas).fill(span[commit], ids)
+            canvas = canvas.reopen(span[reopen]) if reopen.numel() else canvas
+            pos, scores = span[commit], scores.to(span.device)
+            if gate is not None:
+                pos, ids, scores = gate.admit(canvas.tokens, logits, pos, ids, scores)
+            canvas = canvas.fill(pos, ids)
             info = {"block": number, "reopened": total}  # reopened: tokens taken back so far
-            yield Step(index, canvas, span[commit], scores.to(span.device), calls, info, span[reopen])
+            yield Step(index, canvas, pos, scores, calls, info, span[reopen])
             index += 1
             step += 1
 

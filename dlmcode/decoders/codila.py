@@ -27,7 +27,7 @@ from .. import sampling
 from ..assistant import TRAIN_HINT, Assistant, decode, marginals
 from ..canvas import Canvas, Predict, Step
 from ..errors import ModelError
-from .base import Decoder, check, setting
+from .base import Decoder, check, open_gate, setting
 from .threshold import select as threshold_select
 
 
@@ -57,11 +57,14 @@ class Codila(Decoder):
             raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")
         if canvas.n_holes and isinstance(self.assistant, str):
             raise ModelError(f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.attach.attach")
-        for index in range(canvas.n_holes):  # every step commits at least one hole
+        gate = open_gate(self, canvas)
+        for index in range(canvas.n_holes):  # every step commits at least one hole (guarded too)
             if not canvas.n_holes:
                 return
             logits = predict(canvas.tokens)  # (L, V)
             pos, ids, scores, from_assistant = MODES[self.mode](self, logits, canvas, candidates(canvas, self.block, self.window), rng)
+            if gate is not None:
+                pos, ids, scores = gate.admit(canvas.tokens, logits, pos, ids, scores)
             canvas = canvas.fill(pos, ids.to(canvas.tokens.device))
             yield Step(index, canvas, pos, scores, index + 1, {"assistant": float(from_assistant)})
 

@@ -41,8 +41,9 @@ class Saber(Remasking):
         check(0 <= self.backtrack < 1, "backtrack", self.backtrack, "must be in [0, 1)")
 
     def max_calls(self, n_holes: int) -> int:
-        """Every call commits more tokens than it reopens: one call per hole at most."""
-        return Decoder.max_calls(self, n_holes)
+        """Every call commits more tokens than it reopens: one call per hole at most (guarded, a
+        call may commit one token only, so the reopen budget counts too)."""
+        return Decoder.max_calls(self, n_holes) + (self.reopens(n_holes) if self.guard else 0)
 
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         seen = window.conf.masked_fill(~window.upto, float("-inf"))  # (P,)

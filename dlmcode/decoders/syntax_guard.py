@@ -39,7 +39,7 @@ from torch import Tensor
 
 from .. import sampling
 from ..canvas import Canvas, Predict, Step
-from .base import Decoder, blocks, check, setting
+from .base import Decoder, blocks, check, open_gate, setting
 
 EMPTY = torch.empty(0, dtype=torch.long)
 
@@ -48,6 +48,7 @@ EMPTY = torch.empty(0, dtype=torch.long)
 class SyntaxGuard(Decoder):
     """ours: commit the parallel rule's proposals only outside syntax errors the draft introduces; reopen and repair broken regions."""
 
+    guard: bool = setting(True, "commit only tokens after which the holes left can still be filled so that the file parses")
     factor: float = setting(4.0, "parallel rule: commit the n most confident safe proposals while the n-th has conf >= 1 - f/(n+1)")
     floor: int = setting(8, "parallel rule: commit at least this many of the most confident safe proposals per call")
     topup: bool = setting(True, "when fewer than `floor` proposals are safe, commit the most confident flagged ones up to `floor`")
@@ -111,6 +112,7 @@ class Run:
         self.budget = decoder.reopen_budget(canvas.n_holes)
         self.streak = torch.zeros(len(canvas.tokens), dtype=torch.long)  # (L,) calls in a row a committed position was flagged
         self.pending = EMPTY  # positions a repair reopened before the next call
+        self.gate = open_gate(decoder, canvas)
 
     def step(self, canvas: Canvas, positions: Tensor, info: dict) -> Iterator[Step]:
         """One call: draft, ask the oracle, reopen persisting errors, commit safe proposals; returns the new canvas."""
@@ -127,10 +129,13 @@ class Run:
         canvas = canvas.reopen(reopened) if reopened.numel() else canvas
         active = torch.isin(holes, positions.to(device))  # (H,) holes of the active block
         chosen = choose(conf, active, active & ~flagged[holes], d.factor, d.floor, d.topup, holes if d.spread else None)  # (k,) rows of `holes`
-        canvas = canvas.fill(holes[chosen], ids[chosen])
+        pos, ids, scores = holes[chosen], ids[chosen], conf[chosen]
+        if self.gate is not None:
+            pos, ids, scores = self.gate.admit(canvas.tokens, logits, pos, ids, scores)
+        canvas = canvas.fill(pos, ids)
         info = info | {"flagged": float(flagged.sum())}
         all_reopened = torch.cat([self.pending.to(device), reopened])
-        yield Step(self.index, canvas, holes[chosen], conf[chosen], self.calls, info, all_reopened)
+        yield Step(self.index, canvas, pos, scores, self.calls, info, all_reopened)
         self.index += 1
         self.pending = EMPTY
         return canvas

@@ -1,0 +1,398 @@
+"""The completability guard: no commit ever leaves the file impossible to finish as code that parses.
+
+The question is not "does the draft have a syntax error now?" (a canvas whose holes hold
+the model's guesses is broken almost everywhere) but "can the holes that are left still be
+filled, token for token, so that the file parses?" (Mündler, Dekoninck and Vechev, arXiv
+2508.10111, decide it with a context-free grammar: the committed pieces and the holes between
+them form a regular language that must still meet the grammar).
+
+We decide it with a witness. A guarded decode carries one filling of every hole (a canvas
+with no holes) that the judge passes, the judge being the very function that scores breakage
+(`Job.judge`: splice the canvas, `syntax.breakage` against the user's code: tree-sitter for
+every language, plus CPython's compiler for Python). A proposal is admitted when some witness
+agrees with everything committed so far plus the proposal. The search tries, each for one
+parse: the current witness with the proposal in it, the model's own draft (this call's most
+likely token at every hole) with everything committed in it, and mixes of the two around the
+proposal. Why a witness and not a grammar:
+- soundness does not rest on the search or on a grammar we would have to write for eight
+  languages (Python's indentation included): every witness is passed by the judge, and the
+  last witness is the fill, so a guarded fill is never broken by the judge's own rule;
+- the hole count is exact: a witness has exactly the holes that are left, so a decode can
+  never paint itself into a corner that needs more tokens than it has (or end a fill early
+  unless the plan allows pads: only then may a witness use them);
+- what it cannot prove costs quality, never validity: a proposal that could be completed but
+  for which no witness is found is replaced by the next most likely token that has one, or
+  left for a later call; when nothing of a call is admitted, the witness's own token at the
+  decoder's first choice is committed (the witness stays valid), so every call commits.
+The first witness comes from fillers that fit any hole length (`first_witness`): `pass  #xxx`
+at a candidate indentation, a name `xxx`, a block comment `/*xxx*/`, brackets that close what
+the code before the hole opened; when none passes, the guarantee cannot hold (the code
+around the holes does not parse, whatever the holes hold) and the job says so and decodes
+unguarded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import sampling
+
+Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax errors of its splice (0: passes)
+Around = Callable[[Tensor, int, int], tuple[str, str]]  # (canvas, start, stop) -> text before and after positions [start, stop)
+Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
+TRIALS = 12  # witness candidates one proposal may cost at most (ours)
+CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
+CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
+CACHE = 8192  # judged canvases remembered per decode
+
+
+@dataclass
+class Stats:
+    """What a guard did in one decode (summed over calls)."""
+
+    checks: int = 0  # judge calls (parses)
+    seconds: float = 0.0  # time in the judge
+    rejected: int = 0  # proposals with no witness (replaced or left for later)
+    replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
+    fallback: int = 0  # calls where nothing was admitted and the witness's token was committed
+
+    def to_dict(self) -> dict[str, float]:
+        return {"guard_checks": self.checks, "guard_seconds": round(self.seconds, 6), "guard_rejected": self.rejected,
+                "guard_replaced": self.replaced, "guard_fallback": self.fallback}  # fmt: skip
+
+
+@dataclass
+class Guard:
+    """Built by the job for one plan: the judge and a first witness. `begin` starts one decode."""
+
+    judge: Judge
+    witness: Tensor  # (L,) the first witness: the plan's canvas with every hole filled, judged 0
+    mask_id: int
+    around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
+    fit: Fit | None = None
+    candidates: int = CANDIDATES
+    checks_per_call: int = CHECKS_PER_CALL
+    last: Stats | None = field(default=None, repr=False)  # the last decode's stats
+
+    def begin(self, canvas: Tensor) -> Session:
+        """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness."""
+        assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), "canvas and witness disagree"
+        self.last = Stats()
+        return Session(self, self.witness.clone(), self.last)
+
+
+class Session:
+    """One guarded decode: the current witness, and `admit`, the gate every commit goes through."""
+
+    def __init__(self, guard: Guard, witness: Tensor, stats: Stats) -> None:
+        self.guard, self.witness, self.stats = guard, witness, stats
+        self.memo: dict[bytes, int] = {}
+        self.spent = 0  # checks in the current call
+
+    def admit(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The commits (positions, ids, scores) to make of a decoder's proposals, most confident first.
+
+        Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
+        """
+        device = tokens.device
+        if pos.numel() == 0:
+            return pos, ids, scores
+        self.spent = 0
+        order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
+        tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
+        draft = self.draft(tokens, logits)
+        every = tokens.clone()
+        every[pos] = ids
+        found = self.complete(every, draft, pos[:0])
+        if found is not None:  # the whole proposal at once: one or two parses in the common case
+            self.witness = found
+            return pos.to(device), ids.to(device), scores.to(device)
+        out = self.one_by_one(tokens, logits, draft, pos, ids, scores)
+        return tuple(t.to(device) for t in out)  # type: ignore[return-value]
+
+    def one_by_one(self, tokens: Tensor, logits: Tensor, draft: Tensor, pos: Tensor, ids: Tensor,
+                   scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """Each proposal in turn, on top of those admitted before it; a rejected one tries the next candidates."""
+        kept: list[tuple[int, int, float]] = []
+        current = tokens.clone()
+        for p, t, s in zip(pos.tolist(), ids.tolist(), scores.tolist(), strict=True):
+            if self.spent >= self.guard.checks_per_call:
+                break  # the rest wait for a later call
+            rank = self.first_passing(current, logits, draft, p, t, s, kept)
+            self.stats.rejected += rank != 0
+            self.stats.replaced += rank is not None and rank > 0
+        if not kept:  # nothing passes: the witness's own token where the model likes it best
+            probs = sampling.log_probs(logits[pos.to(logits.device)].float()).exp().cpu()  # (k, V)
+            mine = probs.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1)  # (k,)
+            best = int(mine.argmax())
+            kept.append((int(pos[best]), int(self.witness[pos[best]]), float(mine[best])))
+            self.stats.fallback += 1
+        p_, t_, s_ = zip(*kept, strict=True)
+        return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
+
+    def first_passing(self, current: Tensor, logits: Tensor, draft: Tensor, p: int, t: int, s: float,
+                      kept: list[tuple[int, int, float]]) -> int | None:  # fmt: skip
+        """Admit the first candidate at `p` that has a witness (appended to `kept`, `current` updated); its rank, or None."""
+        for rank, (token, prob) in enumerate(self.options(logits, p, t, s)):
+            trial = current.clone()
+            trial[p] = token
+            found = self.complete(trial, draft, torch.tensor([p]))
+            if found is not None:
+                self.witness = found
+                current[p] = token
+                kept.append((p, token, prob))
+                return rank
+        return None
+
+    def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
+        """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""
+        row = logits[p].float().cpu()  # (V,)
+        probs = sampling.log_probs(row).exp()
+        out = [(token, score)]
+        k = min(self.guard.candidates + 1, row.numel())
+        for other in row.topk(k).indices.tolist():
+            if len(out) >= self.guard.candidates:
+                break
+            if other not in (token, self.guard.mask_id) and bool(torch.isfinite(row[other])):
+                out.append((other, float(probs[other])))
+        return out
+
+    def draft(self, tokens: Tensor, logits: Tensor) -> Tensor:
+        """(L,) `tokens` with the model's most likely token at every hole (the mask never)."""
+        holes = (tokens == self.guard.mask_id).nonzero().squeeze(-1)
+        out = tokens.clone()
+        if holes.numel():
+            rows = sampling.without(logits[holes.to(logits.device)].float(), self.guard.mask_id)  # (H, V)
+            out[holes] = rows.argmax(-1).cpu()
+        return out
+
+    def complete(self, fixed: Tensor, draft: Tensor, changed: Tensor) -> Tensor | None:
+        """A witness that agrees with every token of `fixed` (holes are free), or None if the search finds none."""
+        free = fixed == self.guard.mask_id  # (L,)
+        base = torch.where(free, self.witness, fixed)
+        if torch.equal(base, self.witness):
+            return self.witness  # the proposal is the witness's own choice: nothing to check
+        mixed = torch.where(free, draft, fixed)
+        trials = unique([base, mixed] + self.repairs(base, draft, free, changed))
+        for trial in trials[:TRIALS]:
+            if self.passes(trial):
+                return trial
+        return None
+
+    def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> list[Tensor]:
+        """Witness candidates that rewrite the holes just beside a proposal: with the draft, then with fillers."""
+        out = []
+        runs = runs_beside(free, changed)
+        for run in runs:
+            trial = base.clone()
+            trial[run] = draft[run]
+            out.append(trial)
+        if self.guard.around is None or self.guard.fit is None:
+            return out
+        for run in runs[:2]:
+            start, stop = int(run[0]), int(run[-1]) + 1
+            if stop - start != run.numel():
+                continue  # a left and right run together: not one stretch of text
+            before, after = self.guard.around(base, start, stop)
+            for ids in self.guard.fit(before, after, stop - start):
+                trial = base.clone()
+                trial[start:stop] = torch.tensor(ids, dtype=torch.long)
+                out.append(trial)
+        return out
+
+    def passes(self, canvas: Tensor) -> bool:
+        key = canvas.numpy().tobytes()
+        found = self.memo.get(key)
+        if found is None:
+            import time
+
+            start = time.perf_counter()
+            found = self.guard.judge(canvas)
+            self.stats.seconds += time.perf_counter() - start
+            self.stats.checks += 1
+            self.spent += 1
+            if len(self.memo) < CACHE:
+                self.memo[key] = found
+        return found == 0
+
+
+def runs_beside(free: Tensor, changed: Tensor) -> list[Tensor]:
+    """The runs of free positions just left and just right of each changed position, then both together."""
+    out = []
+    n = len(free)
+    for p in changed.tolist():
+        left, right = _run(free, p - 1, -1, n), _run(free, p + 1, 1, n)
+        out += [r for r in (left, right) if r.numel()]
+        if left.numel() and right.numel():
+            out.append(torch.cat([left, right]))
+    return out
+
+
+def _run(free: Tensor, start: int, step: int, n: int) -> Tensor:
+    at, got = start, []
+    while 0 <= at < n and bool(free[at]):
+        got.append(at)
+        at += step
+    return torch.tensor(sorted(got), dtype=torch.long)
+
+
+def unique(trials: Sequence[Tensor]) -> list[Tensor]:
+    seen, out = set(), []
+    for t in trials:
+        key = t.numpy().tobytes()
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
+# ---------------------------------------------------------------- the first witness
+
+
+@dataclass(frozen=True)
+class Filler:
+    """Text that fits a hole of any length from a minimum up: `pre`, then `unit` m times, then `post`."""
+
+    pre: str
+    unit: str  # one token's text, repeated to reach the hole's length ("" with blank: the plan's pad)
+    post: str
+    least: int = 0  # m at least
+
+
+class Fillers:
+    """Fillers of an exact token count for a stretch of holes, given the text around it (cached)."""
+
+    def __init__(self, lang: str, tokenizer: Any, blank: int | None) -> None:
+        self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
+        self.memo: dict[tuple[str, str, int], list[list[int]]] = {}
+
+    def __call__(self, before: str, after: str, n: int) -> list[list[int]]:
+        key = (before[-CONTEXT:], after[:CONTEXT], n)
+        found = self.memo.get(key)
+        if found is None:
+            found = fits(fillers(self.lang, key[0], key[1], self.blank is not None), n, self.tokenizer, self.blank)
+            if len(self.memo) < CACHE:
+                self.memo[key] = found
+        return found
+
+
+CONTEXT = 4000  # characters each side a filler looks at (brackets opened further away are not closed by fillers)
+
+
+def first_witness(canvas: Tensor, runs: Sequence[range], around: Sequence[tuple[str, str]], fit: Fit,
+                  judge: Judge) -> Tensor | None:  # fmt: skip
+    """A filling of every hole run that the judge passes, from fillers (coordinate search over holes); None: none found.
+
+    `around` is each hole's (text before it, text after it) in the file.
+    """
+    options = [fit(before, after, len(r)) for r, (before, after) in zip(runs, around, strict=True)]
+    if any(not o for o in options):
+        return None
+    choice = [0] * len(runs)
+
+    def assemble() -> Tensor:
+        out = canvas.clone()
+        for r, opts, c in zip(runs, options, choice, strict=True):
+            out[r.start : r.stop] = torch.tensor(opts[c], dtype=torch.long)
+        return out
+
+    best = judge(assemble())
+    for _ in range(2):
+        for i, opts in enumerate(options):
+            for c in range(len(opts)):
+                if best == 0:
+                    return assemble()
+                keep, choice[i] = choice[i], c
+                errors = judge(assemble())
+                if errors < best:
+                    best = errors
+                else:
+                    choice[i] = keep
+    return assemble() if best == 0 else None
+
+
+def fits(candidates: Sequence[Filler], length: int, tokenizer: Any, blank: int | None) -> list[list[int]]:
+    """Each filler as exactly `length` token ids (those that cannot reach that length are left out), no repeats."""
+    out: list[list[int]] = []
+    for f in candidates:
+        unit = blank if f.unit == "" else single_token(tokenizer, f.unit)
+        if unit is None:
+            continue
+        pre = tokenizer.encode(f.pre) if f.pre else []
+        post = tokenizer.encode(f.post) if f.post else []
+        m = length - len(pre) - len(post)
+        ids = pre + [unit] * m + post
+        if m >= f.least and ids not in out:
+            out.append(ids)
+    return out
+
+
+def single_token(tokenizer: Any, text: str) -> int | None:
+    """The id of a token whose text is exactly `text`, if the tokenizer has one."""
+    ids = tokenizer.encode(text)
+    return ids[0] if len(ids) == 1 and tokenizer.decode(ids) == text else None
+
+
+OPEN, CLOSE = "([{", ")]}"
+C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
+
+
+def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
+    """Fillers worth trying for a hole between `before` and `after`, most neutral first."""
+    close = closers(before)
+    opens = openers(after)
+    out = [Filler("", "", "")] if blank else []
+    if lang == "python":
+        out += [Filler(i + "pass", " ", "") for i in indents(before, after)]
+        out += [Filler(i + "pass  #", "x", "") for i in indents(before, after)]
+    elif lang in C_LIKE:
+        out += [Filler("/*", "x", "*/"), Filler(";/*", "x", "*/"), Filler("x/*", "x", "*/"), Filler("{/*", "x", "*/}")]
+    out += [Filler(opens + "x", "x", close), Filler(opens, "x", close, least=1), Filler(opens + "0", " ", close)]
+    if blank:
+        out += [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
+    return out
+
+
+def indents(before: str, after: str) -> list[str]:
+    """Indentations a statement in the hole may take: none when the hole's line already has code or indentation,
+    else the line above's (deeper after a ':'), the line below's, and none."""
+    line = before[before.rfind("\n") + 1 :]
+    if line:
+        return [""] if not line.strip() else []
+    above = next((l for l in reversed(before.split("\n")) if l.strip()), "")
+    below = next((l for l in after.split("\n") if l.strip()), "")
+    lead = lambda s: s[: len(s) - len(s.lstrip())]  # noqa: E731
+    out = [lead(above) + "    "] if above.rstrip().endswith(":") else []
+    out += [lead(above), lead(below), ""]
+    return list(dict.fromkeys(out))
+
+
+STRINGS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S)
+
+
+def closers(before: str) -> str:
+    """The brackets `before` leaves open, closed innermost first (strings and comments skipped, roughly)."""
+    stack: list[str] = []
+    for ch in STRINGS.sub("", before):
+        if ch in OPEN:
+            stack.append(CLOSE[OPEN.index(ch)])
+        elif ch in CLOSE and stack and stack[-1] == ch:
+            stack.pop()
+    return "".join(reversed(stack))
+
+
+def openers(after: str) -> str:
+    """The brackets `after` closes without opening, opened outermost first."""
+    stack: list[str] = []
+    for ch in reversed(STRINGS.sub("", after)):
+        if ch in CLOSE:
+            stack.append(OPEN[CLOSE.index(ch)])
+        elif ch in OPEN and stack and stack[-1] == ch:
+            stack.pop()
+    return "".join(reversed(stack))
