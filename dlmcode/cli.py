@@ -371,6 +371,7 @@ def compare(
     decoder: Decoders = None,
     samples: Annotated[int, typer.Option("--samples", "-n", help="runs per decoder, with seeds 0..N-1")] = 1,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
+    sweep: Annotated[list[str] | None, typer.Option(help="key=v1,v2,...: run each value (e.g. guard=false,true); several --sweep run their cartesian product")] = None,
     temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite)] = None,
     length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
     model: Model = None,
@@ -391,7 +392,7 @@ def compare(
         source = files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
         temp, note = runner.compare_temperature(samples, temperature)
-        configs = runner.configs(decoder or [], option or [], [], temp)  # each config: its decoder, settings and cache
+        configs = runner.configs(decoder or [], option or [], sweep or [], temp)  # each config: its decoder, settings and cache
         run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
                           offline=offline, length=parse_length(length),
                           lang=language(file, lang, required=False))  # decoder, temperature, cache: each config's

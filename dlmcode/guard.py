@@ -128,8 +128,8 @@ class Session:
             self.stats.rejected += rank != 0
             self.stats.replaced += rank is not None and rank > 0
         if not kept:  # nothing passes: the witness's own token where the model likes it best
-            probs = sampling.log_probs(logits[pos.to(logits.device)].float()).exp().cpu()  # (k, V)
-            mine = probs.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1)  # (k,)
+            rows = logits[pos.to(logits.device)].float().cpu()  # (k, V)
+            mine = (rows.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1) - torch.logsumexp(rows, 1)).exp()  # (k,)
             best = int(mine.argmax())
             kept.append((int(pos[best]), int(self.witness[pos[best]]), float(mine[best])))
             self.stats.fallback += 1
@@ -153,14 +153,14 @@ class Session:
     def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
         """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""
         row = logits[p].float().cpu()  # (V,)
-        probs = sampling.log_probs(row).exp()
+        total = torch.logsumexp(row, 0)  # probabilities of the few tokens read, without a softmax over all
         out = [(token, score)]
-        k = min(self.guard.candidates + 1, row.numel())
+        k = min(self.guard.candidates + 2, row.numel())
         for other in row.topk(k).indices.tolist():
             if len(out) >= self.guard.candidates:
                 break
             if other not in (token, self.guard.mask_id) and bool(torch.isfinite(row[other])):
-                out.append((other, float(probs[other])))
+                out.append((other, float((row[other] - total).exp())))
         return out
 
     def draft(self, tokens: Tensor, logits: Tensor) -> Tensor:
@@ -344,19 +344,34 @@ C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
 
 
 def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
-    """Fillers worth trying for a hole between `before` and `after`, most neutral first."""
-    close = closers(before)
-    opens = openers(after)
+    """Fillers worth trying for a hole between `before` and `after`, most neutral first: each body as it
+    is, then with the brackets `after` closes opened before it and those `before` left open closed after it."""
+    (close, opens), inside = balance(before, after), open_literal(before, lang)
     out = [Filler("", "", "")] if blank else []
-    if lang == "python":
-        out += [Filler(i + "pass", " ", "") for i in indents(before, after)]
-        out += [Filler(i + "pass  #", "x", "") for i in indents(before, after)]
-    elif lang in C_LIKE:
-        out += [Filler("/*", "x", "*/"), Filler(";/*", "x", "*/"), Filler("x/*", "x", "*/"), Filler("{/*", "x", "*/}")]
-    out += [Filler(opens + "x", "x", close), Filler(opens, "x", close, least=1), Filler(opens + "0", " ", close)]
+    if inside:  # the hole starts inside a string or comment: end it first
+        out += [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
+    for body in bodies(lang, before, after):
+        out.append(body)
+        if close or opens:
+            out.append(Filler(opens + body.pre, body.unit, body.post + close, body.least))
     if blank:
         out += [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
     return out
+
+
+C_BODIES = (Filler("/*", "x", "*/"), Filler(";/*", "x", "*/"), Filler("x;/*", "x", "*/"), Filler("x/*", "x", "*/"),
+            Filler("{/*", "x", "*/}"))  # fmt: skip
+ANY_BODIES = (Filler("x", "x", ""), Filler("", "x", "", least=1), Filler("0", " ", ""), Filler("", " ", ""))
+
+
+def bodies(lang: str, before: str, after: str) -> list[Filler]:
+    """The language's do-nothing code that stretches to any length: statements first, then expressions."""
+    if lang == "python":
+        at = indents(before, after)
+        out = [Filler(i + "pass", " ", "") for i in at] + [Filler(i + "pass  #", "x", "") for i in at]
+        out += [Filler(i + "if x:  #", "x", "") for i in at]  # a block that the lines below indent under
+        return out + list(ANY_BODIES)
+    return (list(C_BODIES) if lang in C_LIKE else []) + list(ANY_BODIES)
 
 
 def indents(before: str, after: str) -> list[str]:
@@ -376,23 +391,74 @@ def indents(before: str, after: str) -> list[str]:
 STRINGS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S)
 
 
-def closers(before: str) -> str:
-    """The brackets `before` leaves open, closed innermost first (strings and comments skipped, roughly)."""
+PY_LITERAL = re.compile("\"\"\"|'''|[\"'#]")
+C_LITERAL = re.compile("[\"'`]|//|/\\*")
+
+
+def open_literal(before: str, lang: str) -> str:
+    """What ends the string or comment that `before` stops inside ("" when it stops in code), roughly:
+    quotes with backslash escapes, Python's triple quotes, line and block comments."""
+    python = lang == "python"
+    starts = PY_LITERAL if python else C_LITERAL
+    text, i = before[-CONTEXT:], 0
+    while (found := starts.search(text, i)) is not None:
+        start = found.group()
+        if start in ("#", "//", "/*"):
+            stop = "*/" if start == "/*" else "\n"
+            end = text.find(stop, found.end())
+            if end < 0:
+                return stop
+            i = end + len(stop)
+        else:
+            end = _literal_end(text, found.end(), start)
+            if end < 0:
+                return start
+            i = end
+    return ""
+
+
+def _literal_end(text: str, at: int, quote: str) -> int:
+    """Where a literal opened by `quote` before `at` ends (after its closing quote); -1: still open at the end.
+    A one-line string cut by a line break counts as ended there (the user's code is broken, not ours)."""
+    while at < len(text):
+        if text[at] == "\\":
+            at += 2
+        elif text.startswith(quote, at):
+            return at + len(quote)
+        elif text[at] == "\n" and len(quote) == 1 and quote != "`":
+            return at + 1
+        else:
+            at += 1
+    return -1
+
+
+def balance(before: str, after: str) -> tuple[str, str]:
+    """(closers, openers): what a hole must close of the brackets `before` leaves open, and open for the
+    closers `after` has no opener for, so that the brackets match (strings and comments skipped, roughly).
+    The enclosing brackets that `after` closes itself stay open: only the difference is made up."""
+    left = _open_stack(before)  # bottom..top
+    need = _unopened(after)  # in order of appearance: the first closes the innermost
+    if len(need) >= len(left):
+        extra = need[: len(need) - len(left)]
+        return "", "".join(OPEN[CLOSE.index(c)] for c in reversed(extra))
+    return "".join(CLOSE[OPEN.index(b)] for b in reversed(left[len(need) :])), ""
+
+
+def _open_stack(text: str) -> list[str]:
     stack: list[str] = []
-    for ch in STRINGS.sub("", before):
+    for ch in STRINGS.sub("", text):
         if ch in OPEN:
-            stack.append(CLOSE[OPEN.index(ch)])
-        elif ch in CLOSE and stack and stack[-1] == ch:
+            stack.append(ch)
+        elif ch in CLOSE and stack and stack[-1] == OPEN[CLOSE.index(ch)]:
             stack.pop()
-    return "".join(reversed(stack))
+    return stack
 
 
-def openers(after: str) -> str:
-    """The brackets `after` closes without opening, opened outermost first."""
+def _unopened(text: str) -> list[str]:
     stack: list[str] = []
-    for ch in reversed(STRINGS.sub("", after)):
+    for ch in reversed(STRINGS.sub("", text)):
         if ch in CLOSE:
-            stack.append(OPEN[CLOSE.index(ch)])
-        elif ch in OPEN and stack and stack[-1] == ch:
+            stack.append(ch)
+        elif ch in OPEN and stack and stack[-1] == CLOSE[OPEN.index(ch)]:
             stack.pop()
-    return "".join(reversed(stack))
+    return stack[::-1]

@@ -9,6 +9,8 @@ Samples into the summary row of that setting. Definitions (docs/field.md C):
 - trivial: share of classified samples whose fill is only whitespace, comments and do-nothing
   tokens (dlmcode/trivial.py: `pass`, `...`, `;`, `{}`), the cheap way to stay syntax-valid;
 - reopened: tokens the decoders took back in all (remasking decoders; TPF still counts holes);
+- unguarded: samples that asked for the guard but decoded unguarded (no filling of their holes
+  parses: the code around them has errors); guard_share: the guard's checks' share of decode time;
 - tpf: holes filled / model calls, over all decoded samples (a ratio of totals);
 - calls, seconds: means per decoded sample; tokens_per_s: completion tokens / decode
   seconds, where completion tokens leave out the prompt, end-of-text and padding.
@@ -46,6 +48,8 @@ class Sample:
     error: str | None = None  # why the task could not be decoded
     trivial: bool | None = None  # the fill only whitespace, comments, pass/...; None: not classified
     reopened: int = 0  # committed tokens the decoder took back
+    guarded: bool | None = None  # guard asked: True when it held, False when it could not (dlmcode/guard.py); None: not asked
+    guard_seconds: float = 0.0  # of `seconds`, the time the guard's checks took
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -88,6 +92,8 @@ class Tally:
     classified: int = 0
     trivial: int = 0
     reopened: int = 0
+    unguarded: int = 0
+    guard_seconds: float = 0.0
     decoded: int = 0
     calls: int = 0
     filled: int = 0
@@ -106,6 +112,8 @@ class Tally:
         self.classified += s.trivial is not None
         self.trivial += bool(s.trivial)
         self.reopened += s.reopened
+        self.unguarded += s.guarded is False
+        self.guard_seconds += s.guard_seconds
         if s.error is None:
             self.decoded += 1
             self.calls += s.calls
@@ -126,6 +134,8 @@ class Tally:
             "tpf": _ratio(self.filled, self.calls),
             "calls": _ratio(self.calls, self.decoded),
             "reopened": self.reopened,
+            "unguarded": self.unguarded,
+            "guard_share": _ratio(self.guard_seconds, self.seconds),
             "tokens_per_s": _ratio(self.tokens, self.seconds, 1),
             "seconds": _ratio(self.seconds, self.decoded),
         }

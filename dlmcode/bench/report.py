@@ -18,7 +18,7 @@ from ..errors import InputError
 from .metrics import Sample
 
 CSV_FIELDS = ("decoder", "sweep", "settings", "n", "errors", "pass_at_1", "exact_match", "syntax_valid",
-              "breakage_rate", "trivial", "tpf", "calls", "reopened", "tokens_per_s", "seconds")  # fmt: skip
+              "breakage_rate", "trivial", "tpf", "calls", "reopened", "unguarded", "guard_share", "tokens_per_s", "seconds")  # fmt: skip
 PLOT_NAME = "pareto"
 PLOT_HELP = "pip install 'dlmcode[plot]'"
 

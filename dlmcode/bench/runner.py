@@ -215,8 +215,16 @@ def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limi
         breakage=breakage.to_dict() if breakage else None,
         calls=result.calls, filled=result.filled, tokens=completion_tokens(result.ids, dlm),
         tpf=round(result.tpf, 4), seconds=round(result.seconds, 4), status=outcome.status if outcome else None,
-        trivial=trivial.is_trivial(output, task.lang), reopened=result.reopened,
+        trivial=trivial.is_trivial(output, task.lang), reopened=result.reopened, **guard_fields(config.settings, result),
     )  # fmt: skip
+
+
+def guard_fields(settings: dict[str, Any], result: fill.Result) -> dict[str, Any]:
+    """Whether a decode that asked for the guard had it, and the guard's time."""
+    if not settings.get("guard"):
+        return {}
+    stats = result.guard or {}
+    return {"guarded": result.guard is not None, "guard_seconds": round(stats.get("guard_seconds", 0.0), 4)}
 
 
 def failed(task: Task, config: Config, seed: int, error: str) -> Sample:
@@ -281,7 +289,7 @@ def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, 
     return Sample(name, config.name, config.settings, seed, output, None, exact,
                   result.breakage.to_dict() if result.breakage else None, result.calls, result.filled,
                   completion_tokens(result.ids, dlm), round(result.tpf, 4), round(result.seconds, 4),
-                  trivial=plain, reopened=result.reopened)  # fmt: skip
+                  trivial=plain, reopened=result.reopened, **guard_fields(config.settings, result))  # fmt: skip
 
 
 # ---------------------------------------------------------------- ranks
