@@ -470,6 +470,7 @@ def speed(
     cache: Annotated[str, typer.Option(help="cache modes timed besides none, comma-separated")] = "prefix,dual",
     repeats: Annotated[int, typer.Option(help="decodes per row; the fastest counts")] = 1,
     decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder]")] = None,
+    guard: Annotated[bool, typer.Option("--guard", help="time every decoder guarded (-o guard=true); the guard's ms per call is a column")] = False,
     model: Model = None,
     shape: Annotated[str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")] = None,
     device: Device = "auto",
@@ -485,7 +486,7 @@ def speed(
             from . import view
             from .bench import speed as timing
         modes = tuple(m.strip() for m in cache.split(",") if m.strip())
-        cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats)
+        cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats, guard=guard)
         con = view.console(quiet)
         with con.status("loading model…"):
             model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
@@ -501,7 +502,7 @@ def speed(
         for line in filter(None, [note]):
             con.print(line, soft_wrap=True)
         table = timing.table(rows, f"speed · {dlm.name} · {dlm.device} · x = ratio to {timing.BASELINE} without cache")
-        con.width = max(con.width, 112)  # 11 columns: never cropped, also when stderr is a file
+        con.width = max(con.width, 122)  # 12 columns: never cropped, also when stderr is a file
         con.print(table)
         if json_out:
             typer.echo(json.dumps(timing.summary(rows, dlm, cfg)))

@@ -124,9 +124,11 @@ class Job:
         return found.new_errors if found is not None else 0
 
     def blank(self) -> int | None:
-        """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last)."""
+        """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last),
+        else the end-of-text that ends a continuation (generate: nothing after it is kept)."""
         late = set(self.plan.canvas.late_ids)
-        return next((i for i in sorted(late) if i in self.dlm.special_ids and i != self.trim_at), None)
+        pad = next((i for i in sorted(late) if i in self.dlm.special_ids and i != self.trim_at), None)
+        return pad if pad is not None else self.trim_at
 
     def text_around(self, tokens: torch.Tensor, start: int, stop: int) -> tuple[str, str]:
         """The text before and after canvas positions [start, stop) of one hole (other holes as the user's text)."""

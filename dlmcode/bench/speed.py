@@ -50,6 +50,7 @@ class SpeedConfig:
     names: tuple[str, ...] = ()  # decoders; () = every registered one
     seed: int = 0
     repeats: int = 1  # decodes per row; times are the fastest repeat (the least disturbed by other processes)
+    guard: bool = False  # every decoder guarded (dlmcode/guard.py; syntax-guard always is): the guard's time per call is a column
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) <= 0 or self.gen <= 0 or self.block < 0 or self.repeats < 1:
@@ -82,6 +83,7 @@ class Row:
     call_s: float  # median wall time of one predict call
     overhead_s: float  # per call: time outside predict (the decoder's own work)
     full_calls: int | None = None  # calls that ran every position (cached predicts only)
+    guard_s: float | None = None  # per call: the guard's checks (part of overhead_s); None: unguarded
     reopened: int = 0  # tokens the decoder took back (remasking decoders): each cost a commit again
     ratios: dict[str, float] = field(default_factory=dict)  # against the baseline at this prompt length
 
@@ -146,11 +148,11 @@ def options_for(name: str, block: int) -> dict[str, int]:
     return {"block": block} if "block" in fields else {}
 
 
-def make_decoder(name: str, block: int, dlm: Dlm) -> decoders.Decoder:
-    """The decoder with `options_for` settings; codila gets its assistant (dlmcode.attach)."""
+def make_decoder(name: str, block: int, dlm: Dlm, guard: bool = False) -> decoders.Decoder:
+    """The decoder with `options_for` settings (guarded if asked); codila gets its assistant (dlmcode.attach)."""
     from ..attach import attach
 
-    return attach(decoders.build(name, options_for(name, block)), dlm)
+    return attach(decoders.build(name, options_for(name, block) | ({"guard": True} if guard else {})), dlm)
 
 
 def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, seed: int) -> Row:
@@ -173,20 +175,28 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
         overhead_s=(seconds - sum(timed.times)) / final.calls,
         full_calls=getattr(inner, "full_calls", None),
         reopened=sum(taken),
+        guard_s=guard_time(decoder, final.calls),
     )
 
 
-def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
-    """A decoder that takes a syntax oracle (syntax-guard) gets one for `start` (Python prompt, then holes), as a job gives it."""
-    from .. import oracle, spans
+def guard_time(decoder: decoders.Decoder, calls: int) -> float | None:
+    """The guard's seconds per call in the decode just made, or None when it ran unguarded."""
+    completer = getattr(decoder, "completer", None)
+    return completer.last.seconds / calls if completer is not None and completer.last is not None else None
 
-    if not oracle.wants(decoder):
+
+def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
+    """A decoder that takes a syntax oracle (syntax-guard) or runs guarded gets them for `start` (Python
+    prompt, then holes) as a job gives them: a generate job's, the completion cut at end-of-text."""
+    from .. import fill, oracle, spans
+
+    if not (oracle.wants(decoder) or getattr(decoder, "guard", False)):
         return decoder
     n = start.n_holes
     prompt = len(start.tokens) - n
     text = dlm.tokenizer.decode([i for i in start.tokens[:prompt].tolist() if i != dlm.bos_id])
     plan = spans.Plan(text, start, (spans.Hole(len(text), len(text), n),), (range(prompt, prompt + n),), (0, len(text)))
-    return oracle.attach(decoder, plan, dlm.tokenizer, "python", text, dlm.special_ids, dlm.eos_id)
+    return fill.Job(plan, dlm, decoder, 0, "python", trim_at=dlm.eos_id).decoder
 
 
 def fastest(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, cfg: SpeedConfig) -> Row:
@@ -228,7 +238,7 @@ def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | str]:
         warm_up(dlm, start)
         for name in cfg.decoder_names:
             try:
-                decoder = make_decoder(name, cfg.block, dlm)
+                decoder = make_decoder(name, cfg.block, dlm, cfg.guard)
             except DlmcodeError as err:
                 yield f"skipping {name}: {err}"
                 continue
@@ -282,13 +292,13 @@ def table(rows: list[Row], title: str) -> Any:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("prompt", "decoder", "cache", "calls", "TPF", "ms/call", "x call", "dec ms", "dec/fwd", "tok/s", "x tok/s"):
+    for name in ("prompt", "decoder", "cache", "calls", "TPF", "ms/call", "x call", "dec ms", "dec/fwd", "guard ms", "tok/s", "x tok/s"):
         t.add_column(name, justify="left" if name in ("decoder", "cache") else "right", no_wrap=True)
     for r in rows:
         t.add_row(
             str(r.prompt), r.decoder, r.cache, str(r.calls), f"{r.tpf:.2f}", f"{r.call_s * 1e3:.1f}",
             f"{r.ratios['call_speedup']:.2f}", f"{r.overhead_s * 1e3:.2f}", f"{r.ratios['overhead_of_forward']:.0%}",
-            f"{r.tokens_s:.1f}", f"{r.ratios['tokens_s']:.2f}",
+            "-" if r.guard_s is None else f"{r.guard_s * 1e3:.2f}", f"{r.tokens_s:.1f}", f"{r.ratios['tokens_s']:.2f}",
         )  # fmt: skip
     return t
 
