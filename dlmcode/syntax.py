@@ -10,6 +10,9 @@ Everything here is a pure function of texts, hole regions and language: nothing 
 nothing reads the user's files.
 Positions: lines are 1-based; columns and byte offsets count UTF-8 bytes of the text, as
 tree-sitter does, so a column after a non-ASCII character is larger than its character index.
+A Problem's `column` is 0-based, as tree-sitter's; what users read (`check`'s text and its
+JSON, Problem.to_dict) gives it 1-based like the line, as linters and editors do. Byte
+offsets (start_byte, end_byte) stay 0-based: they are offsets, not positions.
 """
 
 from __future__ import annotations
@@ -160,7 +163,8 @@ class Problem:
     end_line: int  # 1-based, inclusive: the last line the problem covers
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The problem for JSON: `column` 1-based like `line` and the text `check` prints (module docstring)."""
+        return asdict(self) | {"column": self.column + 1}
 
 
 @dataclass(frozen=True)
