@@ -51,8 +51,9 @@ def read_source(path: str, allow_empty: bool = False) -> str:
     return text
 
 
-def read_bounded(stream: BinaryIO, name: str, limit: int = MAX_SOURCE) -> bytes:
-    """At most `limit` bytes of `stream`; one byte more is an InputError, so no stream is read forever."""
+def read_bounded(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
+    """At most `limit` (MAX_SOURCE) bytes of `stream`; one byte more is an InputError, so no stream is read forever."""
+    limit = MAX_SOURCE if limit is None else limit
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise InputError(f"{name} is larger than {limit >> 20} MiB, the most dlmcode reads")

@@ -351,7 +351,7 @@ def splice(
         raise ValueError("splice needs a finished canvas: some holes are still masked")
     fills = [_decode(run, tokenizer, drop_ids, trim_at) for run in runs]
     text, spans = _join(plan.text, plan.holes, fills)
-    return Filled(text, [i for run in runs for i in run], fills, [_line_range(text, s, e) for s, e in spans], spans)
+    return Filled(text, [i for run in runs for i in run], fills, [line_range(text, s, e) for s, e in spans], spans)
 
 
 def reference(plan: Plan, originals: Sequence[str] | None = None) -> tuple[str, list[tuple[int, int]]]:
@@ -388,7 +388,7 @@ def _join(text: str, holes: Sequence[Hole], fills: list[str]) -> tuple[str, list
     return "".join(parts), spans
 
 
-def _line_range(text: str, start: int, end: int) -> tuple[int, int]:
+def line_range(text: str, start: int, end: int) -> tuple[int, int]:
     """1-based lines holding text[start:end]; an empty fill is on the line where it stands."""
     first = line_of(text, start)
     inside = sum(1 for m in LINE_BREAK.finditer(text, start, end) if m.end() < end)  # a break ending the fill starts no line of it
