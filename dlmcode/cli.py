@@ -3,6 +3,10 @@
 stdout carries only data (code, or one JSON document with --json); the live view, the
 summary line, warnings and errors go to stderr. Exit codes: 0 ok, 1 error (or syntax
 errors found by `check`), 2 usage error, 130 interrupted.
+
+Each command checks what it was given (files, spans, numbers, settings, the --out folder)
+before it imports torch (about 2 s) and before it loads a model, cheapest first: a typo
+costs a tenth of a second, not a model load.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import contextlib
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,7 +23,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from . import files
+from . import __version__, files, settings
 from .errors import DlmcodeError, UsageError
 from .run import SEED_MAX, RunSettings
 
@@ -48,11 +53,60 @@ class OneLine:
         sys.exit(code if isinstance(code, int) else 0)
 
 
+class StrictOptions:
+    """Options given once, numbers in ASCII digits: checked on the raw arguments before Click
+    converts them, since Click keeps only the last of a repeated option (`--span 7 --span 9`
+    ran line 9) and its int() and float() take fullwidth digits (`--length ８`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        opts, _, order = self.make_parser(ctx).parse_args(args=list(args))  # raw strings, every occurrence in order
+        for param, times in Counter(order).items():
+            if times > 1 and takes_one_value(param):
+                raise typer.BadParameter(f"given {times} times; give it once", ctx=ctx, param=param)
+        for param in self.get_params(ctx):
+            check_numbers(param, opts.get(param.name), ctx)
+        return super().parse_args(ctx, args)
+
+
+def takes_one_value(param: Any) -> bool:
+    """An option with one value (not a flag, a counter or a repeatable option)."""
+    return param.param_type_name == "option" and not (param.is_flag or param.count or param.multiple)
+
+
+NUMBER_PARSERS = {int: settings.to_int, float: settings.to_float}
+
+
+def number_type(param: Any) -> type | None:
+    """int, float or None: the option's type as Typer >= 0.22 describes it, or as Click does."""
+    described = getattr(param, "type_descriptor", None)
+    if described is not None:
+        return described.annotation if described.annotation in (int, float) else None
+    return {"integer": int, "float": float}.get(getattr(getattr(param, "type", None), "name", None))
+
+
+def check_numbers(param: Any, raw: Any, ctx: Any) -> None:
+    """A numeric option's raw value(s) under settings.py's rule: ASCII digits, ints within int64."""
+    parse = NUMBER_PARSERS.get(number_type(param))
+    if parse is None or raw is None:
+        return
+    for value in raw if isinstance(raw, list | tuple) else [raw]:
+        try:
+            parse(value)
+        except ValueError as err:
+            what = "a whole number" if parse is settings.to_int else "a number"
+            why = str(err) if isinstance(err, settings.OutOfRange) else f"{value!r} is not {what} in ASCII digits"
+            raise typer.BadParameter(why, ctx=ctx, param=param) from None
+
+
 class OneLineErrors(OneLine, TyperGroup):
     """The `dlmcode` group, with one-line usage errors."""
 
 
-class OneLineCommand(OneLine, TyperCommand):
+class Command(StrictOptions, TyperCommand):
+    """A `dlmcode` command: each option given once, numbers in ASCII digits."""
+
+
+class OneLineCommand(OneLine, StrictOptions, TyperCommand):
     """A module's own command (`python -m dlmcode.train`), with one-line usage errors."""
 
 
@@ -83,13 +137,29 @@ def seed_range(value: int) -> int:
     return value
 
 
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # commands inherit it from the group's context
+
 app = typer.Typer(
     cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    context_settings=HELP_NAMES,
     help="Generate and edit code with diffusion language models, and see which decoders break syntax.",
 )
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"dlmcode {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    version: Annotated[bool, typer.Option("--version", callback=show_version, is_eager=True, help="print the version and exit")] = False,
+) -> None:
+    """Generate and edit code with diffusion language models, and see which decoders break syntax."""
 
 Source = Annotated[str, typer.Argument(help="a file, or - to read stdin")]
 Model = Annotated[str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")]
@@ -138,7 +208,13 @@ def load_model(run: RunSettings, quiet: bool) -> Any:
 
 @contextlib.contextmanager
 def starting(quiet: bool) -> Iterator[None]:
-    """One status line on a terminal's stderr while torch imports (about 1.5 s, before any view can draw)."""
+    """One status line on a terminal's stderr while torch imports (about 1.5 s, before any view can draw).
+
+    The last cheap check comes first: DLMCODE_THREADS, read when the model loads.
+    """
+    from . import cpu
+
+    cpu.threads_asked()
     show = not quiet and "torch" not in sys.modules and sys.stderr.isatty()
     if show:
         sys.stderr.write("dlmcode: starting (importing torch)…")
@@ -168,9 +244,35 @@ def language(path: str, lang: str | None, required: bool) -> str | None:
 def parse_length(length: str | None) -> int | str | None:
     if length is None or length == "auto":
         return length
-    if not length.isdigit() or int(length) <= 0:
+    try:
+        tokens = settings.to_int(length)
+    except ValueError:
+        tokens = 0
+    if tokens <= 0:
         raise UsageError(f"--length {length!r}: give a positive number of tokens, or auto")
-    return int(length)
+    return tokens
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, str]:
+    """-o key=value pairs as a dict; their values are the decoder's to check (decoders_checked)."""
+    try:
+        return settings.pairs(pairs or [])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def decoder_checked(run: RunSettings, quiet: bool) -> RunSettings:
+    """`run`, once its decoder and settings are known good: the registry imports torch, so this
+    comes after every cheaper check and before the model loads."""
+    with starting(quiet):
+        from . import fill
+    fill.make_decoder(run.decoder, run.options, run.temperature)
+    return run
+
+
+def emit(text: str) -> None:
+    """A line of data on stdout; a full disk or closed pipe is one error line (files.write_stdout)."""
+    files.write_stdout(text + "\n")
 
 
 def run_job(job: Any, quiet: bool, json_out: bool) -> Any:
@@ -182,11 +284,11 @@ def run_job(job: Any, quiet: bool, json_out: bool) -> Any:
     result = job.run(view.CanvasView(job, out).follow)
     out.print(view.summary(result), soft_wrap=True)
     if json_out:
-        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        emit(json.dumps(result.to_dict(), ensure_ascii=False))
     return result
 
 
-@app.command()
+@app.command(cls=Command)
 def infill(
     file: Source,
     span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers")] = None,
@@ -211,20 +313,23 @@ def infill(
     quiet: Quiet = False,
 ) -> None:
     """Rewrite lines A..B of a file (or its ⟦fill⟧ markers) and print the whole file."""
+    from . import spans
+
     with reported():
         if in_place and file == files.STDIN:
             raise UsageError("--in-place needs a file, not stdin")
-        with starting(quiet):
-            from . import decoders, fill, spans
         source = files.read_source(file)
         if in_place:
             files.edit_target(file, force)  # a read-only file or folder fails now, not after the decode
         where = spans.parse_span(span, source) if span is not None else None
         run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
-                          offline=offline, decoder=decoder, options=decoders.parse_options(option or []),
+                          offline=offline, decoder=decoder, options=parse_options(option),
                           temperature=temperature, seed=seed, length=parse_length(length),
                           lang=language(file, lang, required=False), cache=cache,
-                          cache_refresh=cache_refresh).strict()  # every setting checked before the model loads
+                          cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
+        run = decoder_checked(run, quiet)
+        from . import fill
+
         job = fill.infill_job(source, where, load_model(run, quiet), run)
         result = run_job(job, quiet, json_out=False)
         text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
@@ -233,14 +338,14 @@ def infill(
             files.write_atomic(file, text, force)
         if json_out:
             extra = {"text": text} | ({"diff": patch} if diff else {})
-            typer.echo(json.dumps(result.to_dict() | extra, ensure_ascii=False))
+            emit(json.dumps(result.to_dict() | extra, ensure_ascii=False))
         elif patch is not None:
-            sys.stdout.write(patch)
+            files.write_stdout(patch)
         elif not in_place:
-            sys.stdout.write(text)
+            files.write_stdout(text)
 
 
-@app.command()
+@app.command(cls=Command)
 def generate(
     prompt_file: Source,
     length: Annotated[int, typer.Option(help="tokens to generate")] = 128,
@@ -267,34 +372,39 @@ def generate(
 ) -> None:
     """Continue a prompt (or answer a request, with a chat model) and print the code."""
     with reported():
-        with starting(quiet):
-            from . import decoders, fill
         prompt = files.read_source(prompt_file)
         run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
-                          offline=offline, decoder=decoder, options=decoders.parse_options(option or []),
+                          offline=offline, decoder=decoder, options=parse_options(option),
                           temperature=temperature, seed=seed, length=length,
                           lang=language(prompt_file, lang, required=False), cache=cache,
-                          cache_refresh=cache_refresh).strict()  # every setting checked before the model loads
+                          cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
+        run = decoder_checked(run, quiet)
+        from . import fill
+
         eos = fill.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
         job = fill.generate_job(prompt, load_model(run, quiet), run, chat=chat, raw=raw, eos=eos)
         result = run_job(job, quiet, json_out)
         if not json_out:
-            sys.stdout.write(result.text)
+            files.write_stdout(result.text)
 
 
-@app.command()
+@app.command(cls=Command)
 def check(
     file: Annotated[list[str], typer.Argument(help="files, or - to read stdin; each in its own language")],
     lang: Lang = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout: one object, or a list of them (with `file`) for several files")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout: one object, or a list of them (with `file`) for several files; line and column 1-based as in the text, start_byte and end_byte 0-based offsets")] = False,
 ) -> None:
-    """Report syntax errors, like a linter: exit 1 when any file has them."""
+    """Report syntax errors, like a linter: exit 1 when any file has them.
+
+    Each error is FILE:LINE:COLUMN: MESSAGE on stdout; line and column are 1-based, the column
+    counting UTF-8 bytes. An empty file is checked like any other (an empty Python file is valid).
+    """
     from . import syntax
 
     with reported():
         if file.count(files.STDIN) > 1:
             raise UsageError("check: stdin (-) can be read only once")
-        checked = [(name, files.read_source(name)) for name in file]  # every file readable before any report
+        checked = [(name, files.read_source(name, allow_empty=True)) for name in file]  # every file readable before any report
         languages = [language(name, lang, required=True) for name, _ in checked]
         reports = []
         for (name, source), lang_name in zip(checked, languages):
@@ -302,30 +412,35 @@ def check(
             label = "stdin" if name == files.STDIN else name
             reports.append(report.to_dict() | {"file": label})
             for problem in report.problems:
-                typer.echo(f"{label}:{problem.line}:{problem.column + 1}: {problem.message}", err=json_out)
+                line = f"{label}:{problem.line}:{problem.column + 1}: {problem.message}"  # Problem.column is 0-based
+                if json_out:
+                    typer.echo(line, err=True)
+                else:
+                    emit(line)
         if json_out:
             one = {k: v for k, v in reports[0].items() if k != "file"}
-            typer.echo(json.dumps(one if len(reports) == 1 else reports))
+            emit(json.dumps(one if len(reports) == 1 else reports))
         if not all(r["ok"] for r in reports):
             raise typer.Exit(1)
 
 
-@app.command(name="decoders")
+@app.command(name="decoders", cls=Command)
 def list_decoders(json_out: Json = False) -> None:
     """List the decoders with their settings and defaults."""
     from . import decoders
 
     described = [decoders.describe(name) for name in decoders.DECODERS]
-    if json_out:
-        typer.echo(json.dumps(described, indent=2))
-        return
-    for entry in described:
-        typer.echo(f"{entry['name']}: {entry['description']}")
-        for s in entry["settings"]:
-            typer.echo(f"    {s['name']} ({s['type']}, default {s['default']}): {s['help']}")
+    with reported():
+        if json_out:
+            emit(json.dumps(described, indent=2))
+            return
+        for entry in described:
+            emit(f"{entry['name']}: {entry['description']}")
+            for s in entry["settings"]:
+                emit(f"    {s['name']} ({s['type']}, default {s['default']}): {s['help']}")
 
 
-@app.command()
+@app.command(cls=Command)
 def train(
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="training setting key=value (repeatable; see dlmcode/train.py TrainConfig)")] = None,
     quiet: Quiet = False,
@@ -337,10 +452,10 @@ def train(
     with reported():
         cfg = training.parse_overrides(option or [])
         last = view.follow_training(training.logged(cfg), view.console(quiet))
-        typer.echo(json.dumps(last))
+        emit(json.dumps(last))
 
 
-@app.command(name="train-assistant")
+@app.command(name="train-assistant", cls=Command)
 def train_assistant(
     model: Model = None,
     assistant: Annotated[str | None, typer.Option(help="Hugging Face causal LM to fine-tune (e.g. Qwen/Qwen3-0.6B) [default: a new tiny assistant]")] = None,
@@ -358,13 +473,13 @@ def train_assistant(
         last = view.follow_training(training.logged(cfg), view.console(quiet))
         if export:
             training.export(cfg.out, export)
-        typer.echo(json.dumps(last))
+        emit(json.dumps(last))
 
 
 Decoders = Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to run (repeatable) [default: every decoder]")]
 
 
-@app.command()
+@app.command(cls=Command)
 def compare(
     file: Source,
     span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive; omit to fill the file's ⟦fill⟧ markers (no exact match then)")] = None,
@@ -385,17 +500,20 @@ def compare(
     quiet: Quiet = False,
 ) -> None:
     """Run several decoders on the same span N times each: breakage rate, exact match, TPF and speed, live."""
+    from . import spans
+
     with reported():
-        with starting(quiet):
-            from . import spans, view
-            from .bench import live, runner
         source = files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
-        temp, note = runner.compare_temperature(samples, temperature)
-        configs = runner.configs(decoder or [], option or [], sweep or [], temp)  # each config: its decoder, settings and cache
+        parse_options(option)  # well formed; each decoder checks its own settings below
         run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
                           offline=offline, length=parse_length(length),
                           lang=language(file, lang, required=False))  # decoder, temperature, cache: each config's
+        with starting(quiet):
+            from . import view
+            from .bench import live, runner
+        temp, note = runner.compare_temperature(samples, temperature)
+        configs = runner.configs(decoder or [], option or [], sweep or [], temp)  # each config: its decoder, settings and cache
         dlm = load_model(run, quiet)
         configs, skipped = runner.attach_all(configs, dlm, strict=bool(decoder))
         out = view.console(quiet)
@@ -407,10 +525,10 @@ def compare(
         out.print(board.table())
         if json_out:
             meta = {"input": file, "span": list(where) if where else None, "samples": samples, "temperature": temp, "model": dlm.name}
-            typer.echo(json.dumps(runner.compare_summary(found, configs, meta), ensure_ascii=False))
+            emit(json.dumps(runner.compare_summary(found, configs, meta), ensure_ascii=False))
 
 
-@app.command()
+@app.command(cls=Command)
 def bench(
     suite: Annotated[str, typer.Option("--suite", "-s", help="heldout-single|-multi|-span, humaneval-infill-single|-multi|-span|-span-light, humaneval, or a .jsonl(.gz) file or a folder")],
     decoder: Decoders = None,
@@ -436,6 +554,8 @@ def bench(
 ) -> None:
     """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
     with reported("the samples written to --out are kept; run the same command again to resume"):
+        if out is not None:
+            files.output_folder(out)  # /proc/x, a path under a file: one line now, not after the first task
         with starting(quiet):
             from . import view
             from .bench import live, runner
@@ -459,10 +579,10 @@ def bench(
         if out is not None:
             con.print(runner.written_note(run.written), soft_wrap=True)
         if json_out:
-            typer.echo(json.dumps(summary))
+            emit(json.dumps(summary))
 
 
-@app.command()
+@app.command(cls=Command)
 def speed(
     lengths: Annotated[str, typer.Option(help="prompt lengths in tokens, comma-separated")] = "128,512,2048",
     gen: Annotated[int, typer.Option(help="holes decoded after each prompt")] = 64,
@@ -505,10 +625,10 @@ def speed(
         con.width = max(con.width, 122)  # 12 columns: never cropped, also when stderr is a file
         con.print(table)
         if json_out:
-            typer.echo(json.dumps(timing.summary(rows, dlm, cfg)))
+            emit(json.dumps(timing.summary(rows, dlm, cfg)))
 
 
-@app.command()
+@app.command(cls=Command)
 def serve(
     model: Model = None,
     host: Annotated[str, typer.Option(help="address to listen on; beyond localhost, set --api-key")] = "127.0.0.1",

@@ -4,6 +4,11 @@ An in-place edit is checked before any decoding (edit_target: symlinks followed,
 modes refused without --force, the folder probed), then written to a hidden temp file named
 with our pid and renamed over the target with its mode, owner and group: the file is either
 the old one or the new one, and a temp file left by a killed run is removed by the next run.
+
+Reading is bounded: at most MAX_SOURCE bytes of a file or stdin are read, so `/dev/zero`, a
+FIFO or a runaway pipe is one error line, not a process that grows until the system kills it.
+Writing is reported: a full disk, whether under `--in-place` or under stdout (`> /dev/full`),
+is one error line and a non-zero exit, and the file edited in place is left as it was.
 """
 
 from __future__ import annotations
@@ -16,32 +21,51 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import InputError, UsageError
 
 STDIN = "-"
+# The most a source file or stdin may hold: the server's body cap (serve/body.py MAX_BODY).
+# Real source files are far smaller (CPython's largest .py file is under 1 MiB); past this,
+# tokenizing alone takes tens of seconds, and the model sees a window of it at most.
+MAX_SOURCE = 8 << 20
 
 
-def read_source(path: str) -> str:
-    """The UTF-8 text of `path` ('-' reads stdin); one clear InputError for anything else."""
+def read_source(path: str, allow_empty: bool = False) -> str:
+    """The UTF-8 text of `path` ('-' reads stdin); one clear InputError for anything else.
+
+    An empty (or blank) text is an error unless `allow_empty`: there is nothing to fill, but
+    there is a file to check (an empty `__init__.py` is valid Python).
+    """
     name = "stdin" if path == STDIN else path
-    data = sys.stdin.buffer.read() if path == STDIN else read_bytes(Path(path))
+    data = read_bounded(sys.stdin.buffer, name) if path == STDIN else read_bytes(Path(path))
     if b"\0" in data:
         raise InputError(f"{name} is not a text file (it contains NUL bytes)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise InputError(f"{name} is not UTF-8 text (bad byte at offset {err.start})") from None
-    if not text.strip():
+    if not allow_empty and not text.strip():
         raise InputError(f"{name} is empty")
     return text
+
+
+def read_bounded(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
+    """At most `limit` (MAX_SOURCE) bytes of `stream`; one byte more is an InputError, so no stream is read forever."""
+    limit = MAX_SOURCE if limit is None else limit
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{name} is larger than {limit >> 20} MiB, the most dlmcode reads")
+    return data
 
 
 def read_bytes(path: Path) -> bytes:
     if path.is_dir():
         raise InputError(f"{path} is a directory, not a file")
     try:
-        return path.read_bytes()
+        with path.open("rb") as handle:
+            return read_bounded(handle, str(path))
     except FileNotFoundError:
         raise InputError(f"no such file: {path}") from None
     except PermissionError:
@@ -97,6 +121,29 @@ def probe_folder(path: str, target: Path) -> None:
     os.unlink(tmp)
 
 
+def output_folder(folder: Path, flag: str = "--out") -> None:
+    """Make sure results can be written in `folder` before any work: /proc/x, a path under a
+    file, a read-only place are one UsageError now, not a traceback after the first task.
+
+    The only honest test is to write there: the folders this makes and the probe file are
+    removed again, so a run that fails later leaves nothing behind.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{flag} {folder} is an existing file; give a folder (a new one, or one to resume)")
+    made = [p for p in [folder, *folder.parents] if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dlmcode-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UsageError(f"{flag} {folder}: cannot write a file there ({err.strerror or err})") from None
+    finally:
+        for path in made:  # deepest first
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
 def temp_prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}."
 
@@ -140,9 +187,30 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
         keep_owner(tmp, info)
         os.chmod(tmp, stat.S_IMODE(info.st_mode))  # after chown, which may clear setuid/setgid bits
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):  # a full disk, a quota: the user's to fix, and nothing was changed
+            raise InputError(f"cannot write {path}: {err.strerror or err}; it was left unchanged") from None
         raise
+
+
+def write_stdout(text: str) -> None:
+    """Write `text` to stdout and flush it now, so that a full disk or a closed pipe is one InputError
+    here rather than a traceback (or an "Exception ignored" at exit)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as err:
+        discard_stdout()
+        raise InputError(f"cannot write to stdout: {err.strerror or err}") from None
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null: what could not be written would fail again when Python flushes it at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no real file descriptor (a test runner's stdout)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def keep_owner(tmp: str, info: os.stat_result) -> None:
@@ -158,11 +226,14 @@ def keep_owner(tmp: str, info: os.stat_result) -> None:
 
 
 def keep_line_endings(source: str, text: str) -> str:
-    """`text` with CRLF line breaks when every line break of `source` is CRLF (the model writes LF)."""
+    """`text` with CRLF (or bare CR) line breaks when every line break of `source` is one (the model writes LF)."""
     crlf = source.count("\r\n")
-    if not crlf or crlf != source.count("\n"):
-        return text
-    return LONE_LF.sub("\r\n", text)
+    lf, cr = source.count("\n") - crlf, source.count("\r") - crlf
+    if crlf and not lf and not cr:
+        return LONE_LF.sub("\r\n", text)
+    if cr and not lf and not crlf:
+        return text.replace("\r\n", "\r").replace("\n", "\r")
+    return text
 
 
 LONE_LF = re.compile(r"(?<!\r)\n")

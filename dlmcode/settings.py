@@ -1,17 +1,28 @@
 """The one `key=value` settings parser: decoder options (`-o tau=0.8`) and training settings
 (`-o bf16=false`) both turn text into a field's type here, so every face rejects the same bad
 values the same way (a misspelt bool is an error, never False; inf and nan are never numbers).
+
+Numbers are ASCII digits, everywhere: these settings, `--span`, `--length`, every numeric flag
+(cli.py) and DLMCODE_THREADS. Python's int() and float() also take fullwidth and other Unicode
+digits ("８"), underscores ("1_0") and surrounding space; a shell user never means those, and
+one rule for every number means no flag accepts what another refuses. An int is at most
+INT_MAX: every count and seed ends up a 64-bit integer (torch's int64), and a larger one
+failed deep inside with `ValueError: Overflow`.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from typing import Any, Literal
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 NONE_WORDS = ("none", "auto", "")
+INT_MAX = 2**63 - 1  # the largest int64: torch's integer type, which every count and seed becomes
+INT = re.compile(r"[+-]?[0-9]+")
+FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def pairs(args: list[str], flag: str = "-o") -> dict[str, str]:
@@ -41,9 +52,9 @@ def convert(raw: str, hint: Any) -> Any:
     if hint is bool:
         return to_bool(raw)
     if hint is float:
-        return finite(float(raw), raw)
+        return to_float(raw)
     if hint is int:
-        return int(raw)
+        return to_int(raw)
     if hint is str:
         return raw
     return hint(raw)
@@ -54,6 +65,36 @@ def to_bool(raw: str) -> bool:
     if word not in TRUE + FALSE:
         raise ValueError(raw)
     return word in TRUE
+
+
+class OutOfRange(ValueError):
+    """A number outside what any setting can hold (too large, inf, nan); its message says so."""
+
+
+def expects(hint: Any, err: ValueError) -> str:
+    """What a bad value's message says it should be: the range it left, or the type it is not."""
+    return str(err) if isinstance(err, OutOfRange) else f"expects {type_name(hint)}"
+
+
+def to_int(raw: str) -> int:
+    """ASCII digits with an optional sign, within +-INT_MAX, as an int; ValueError otherwise."""
+    if not INT.fullmatch(raw.strip()):
+        raise ValueError(raw)
+    value = int(raw)
+    if abs(value) > INT_MAX:
+        raise OutOfRange(f"{raw} is out of range; give -(2**63 - 1) to 2**63 - 1")
+    return value
+
+
+def to_float(raw: str) -> float:
+    """An ASCII decimal number (1, 0.5, .5, 1e-3) that is finite, as a float; ValueError otherwise."""
+    spelt = FLOAT.fullmatch(raw.strip()) is not None
+    if not spelt and raw.strip().lower().lstrip("+-") not in ("inf", "infinity", "nan"):
+        raise ValueError(raw)
+    value = float(raw)
+    if not math.isfinite(value):  # inf, nan, and 1e400, which float() makes inf
+        raise OutOfRange(f"{raw} is not a finite number")
+    return value
 
 
 def finite(value: float, raw: Any = None) -> float:

@@ -2,8 +2,11 @@
 
 Spans. `--span A:B` (1-based, inclusive; `--span 7` is `7:7`) makes lines A..B one hole.
 The hole covers the text of those lines but NOT the line break that ends line B: the
-break stays as context, so a fill cannot glue line B+1 onto its last line. Lines are
-counted by "\\n" (a "\\r\\n" ending also stays outside the hole).
+break stays as context, so a fill cannot glue line B+1 onto its last line. A line break is
+"\\n", "\\r\\n" or a bare "\\r" (LINE_BREAK): the lines Python's compile() and tokenizer
+count, and most editors show. Not str.splitlines(), which also breaks at form feeds and
+other separators that Python source holds as plain whitespace; and not "\\n" alone, which
+made a file with bare-CR endings one line to --span and many to Python's error messages.
 
 Markers. Several holes at once are written into the file itself:
 
@@ -42,12 +45,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from .canvas import Canvas
 from .errors import InputError, UsageError
-from .models.base import Tokenizer
+
+if TYPE_CHECKING:  # torch is imported where a canvas is built: the CLI checks --span before paying ~2 s for torch
+    from .canvas import Canvas
+    from .models.base import Tokenizer
 
 DEFAULT_MARKER_LENGTH = 16  # tokens for a bare ⟦fill⟧: about one line of code; our choice
 MARKER_HELP = "write ⟦fill⟧ or ⟦fill:N⟧ with N tokens, N ≥ 1"
@@ -57,6 +61,8 @@ _MARKER = re.compile(r"⟦fill(?::([1-9][0-9]*))?⟧")
 _MARKER_LIKE = re.compile(r"⟦[ \t]*fill\b[^⟧\n]*⟧?")
 _SPAN = re.compile(r"([0-9]+)(?::([0-9]+))?")  # [0-9], not \d or int(): no "+3", "1_0", "٣"
 _SPAN_HELP = "expected A:B or A (1-based line numbers, A ≤ B)"
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the module docstring says why these three
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # one line with its break; a last one without
 
 
 @dataclass(frozen=True)
@@ -118,19 +124,23 @@ def check_span(span: tuple[int, int], text: str) -> None:
 
 
 def count_lines(text: str) -> int:
-    """Lines as an editor counts them: a final "\\n" does not start another line."""
-    return text.count("\n") + (0 if text.endswith("\n") else 1)
+    """Lines as an editor counts them: a final line break does not start another line."""
+    return len(LINE_BREAK.findall(text)) + (0 if text.endswith(("\n", "\r")) else 1)
 
 
 def line_span(text: str, span: tuple[int, int]) -> tuple[int, int]:
     """[start, end) chars of lines span[0]..span[1], without the last line's line break."""
     check_span(span, text)
     first, last = span
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    end = starts[last] - 1 if last < len(starts) else len(text)  # the "\n" or the end of text
-    if end > 0 and text[end - 1 : end + 1] == "\r\n":
-        end -= 1
-    return starts[first - 1], end
+    breaks = list(LINE_BREAK.finditer(text))
+    start = breaks[first - 2].end() if first > 1 else 0
+    end = breaks[last - 1].start() if last <= len(breaks) else len(text)  # the line break or the end of text
+    return start, end
+
+
+def line_of(text: str, pos: int) -> int:
+    """The 1-based line of text[pos]."""
+    return len(LINE_BREAK.findall(text, 0, pos)) + 1
 
 
 def find_markers(text: str) -> list[tuple[int, int, int | None]]:
@@ -139,7 +149,7 @@ def find_markers(text: str) -> list[tuple[int, int, int | None]]:
     for like in _MARKER_LIKE.finditer(text):
         marker = _MARKER.fullmatch(like[0])
         if marker is None:
-            line = text.count("\n", 0, like.start()) + 1
+            line = line_of(text, like.start())
             raise UsageError(f"line {line}: bad marker {like[0]!r}; {MARKER_HELP}")
         found.append((like.start(), like.end(), int(marker[1]) if marker[1] else None))
     return found
@@ -255,6 +265,10 @@ def _plan(
     if keep_tail == len(tail) and eos_id is not None:
         ids.append(eos_id)
     _check_no_mask(ids, positions, mask_id)
+    import torch
+
+    from .canvas import Canvas
+
     window = (cut_head, holes[-1].end_char + keep_tail)
     canvas = Canvas(torch.tensor(ids, dtype=torch.long), mask_id)
     return Plan(text, canvas, tuple(holes), tuple(positions), window)
@@ -302,8 +316,8 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
 
 
 def _split_lines(text: str) -> list[str]:
-    """Lines with their "\\n" kept; a last line without one is kept too."""
-    return [line for line in re.split(r"(?<=\n)", text) if line]
+    """Lines with their line break kept; a last line without one is kept too."""
+    return _LINE.findall(text)
 
 
 def _fits(costs: list[int], budget: int) -> int:
@@ -337,7 +351,7 @@ def splice(
         raise ValueError("splice needs a finished canvas: some holes are still masked")
     fills = [decode_fill(run, tokenizer, drop_ids, trim_at) for run in runs]
     text, spans = _join(plan.text, plan.holes, fills)
-    return Filled(text, [i for run in runs for i in run], fills, [_line_range(text, s, e) for s, e in spans], spans)
+    return Filled(text, [i for run in runs for i in run], fills, [line_range(text, s, e) for s, e in spans], spans)
 
 
 def reference(plan: Plan, originals: Sequence[str] | None = None) -> tuple[str, list[tuple[int, int]]]:
@@ -375,7 +389,8 @@ def _join(text: str, holes: Sequence[Hole], fills: list[str]) -> tuple[str, list
     return "".join(parts), spans
 
 
-def _line_range(text: str, start: int, end: int) -> tuple[int, int]:
+def line_range(text: str, start: int, end: int) -> tuple[int, int]:
     """1-based lines holding text[start:end]; an empty fill is on the line where it stands."""
-    first = text.count("\n", 0, start) + 1
-    return first, first + text.count("\n", start, max(start, end - 1))
+    first = line_of(text, start)
+    inside = sum(1 for m in LINE_BREAK.finditer(text, start, end) if m.end() < end)  # a break ending the fill starts no line of it
+    return first, first + inside

@@ -10,13 +10,20 @@ Everything here is a pure function of texts, hole regions and language: nothing 
 nothing reads the user's files.
 Positions: lines are 1-based; columns and byte offsets count UTF-8 bytes of the text, as
 tree-sitter does, so a column after a non-ASCII character is larger than its character index.
+Lines end at "\\n", "\\r\\n" or a bare "\\r", as --span counts them (spans.LINE_BREAK) and as
+Python does; tree-sitter's rows count "\\n" only, so a problem's line and column come from its
+byte offset. A Problem's `column` is 0-based, as tree-sitter's; what users read (`check`'s text and its
+JSON, Problem.to_dict) gives it 1-based like the line, as linters and editors do. Byte
+offsets (start_byte, end_byte) stay 0-based: they are offsets, not positions.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 import os.path
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -24,6 +31,7 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
 from .errors import DlmcodeError, UsageError
+from .spans import LINE_BREAK, line_range
 
 TABLE_PACKAGE = "dlmcode.grammars"
 TABLE_FILE = "languages.toml"
@@ -160,7 +168,8 @@ class Problem:
     end_line: int  # 1-based, inclusive: the last line the problem covers
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The problem for JSON: `column` 1-based like `line` and the text `check` prints (module docstring)."""
+        return asdict(self) | {"column": self.column + 1}
 
 
 @dataclass(frozen=True)
@@ -247,7 +256,9 @@ def _parser(name: str):  # -> tree_sitter.Parser; imported here so module import
 
 def _tree_problems(data: bytes, name: str, locate_top: bool = False) -> list[Problem]:
     tree = _parser(name).parse(data)
-    return [_node_problem(kind, node, data) for kind, node in issues(tree, locate_top)]
+    found = list(issues(tree, locate_top))
+    starts = _line_starts(data) if found else []
+    return [_node_problem(kind, node, data, starts) for kind, node in found]
 
 
 def issues(tree, locate_top: bool = False) -> Iterator[tuple[str, object]]:
@@ -314,28 +325,27 @@ def _first_nested(node):  # -> the first ERROR or MISSING node strictly inside `
     return None
 
 
-def _node_problem(kind: str, node, data: bytes) -> Problem:
-    start, end = node.start_point, node.end_point
+def _node_problem(kind: str, node, data: bytes, starts: list[int]) -> Problem:
     if kind == UNCLOSED:
         message = f"{node.type!r} is never closed"
     else:
         message = _missing_message(node) if kind == MISSING else _error_message(data[node.start_byte : node.end_byte])
+    line = bisect.bisect_right(starts, node.start_byte)  # not start_point.row: see the module docstring
     return Problem(
-        line=start.row + 1,
-        column=start.column,
+        line=line,
+        column=node.start_byte - starts[line - 1],
         kind=kind,
         message=message,
         start_byte=node.start_byte,
         end_byte=node.end_byte,
-        end_line=_last_line(start.row, end.row, end.column),
+        end_line=_last_line(line, node.end_byte, starts),
     )
 
 
-def _last_line(start_row: int, end_row: int, end_column: int) -> int:
-    # An end at column 0 is just past a newline: the problem's last character is on the row before.
-    if end_row > start_row and end_column == 0:
-        return end_row
-    return end_row + 1
+def _last_line(line: int, end_byte: int, starts: list[int]) -> int:
+    # An end just past a line break: the problem's last character is on the line before.
+    end_line = bisect.bisect_right(starts, end_byte)
+    return end_line - 1 if end_line > line and starts[end_line - 1] == end_byte else end_line
 
 
 def _missing_message(node) -> str:
@@ -381,7 +391,7 @@ def _compile_problem(
 ) -> Problem:
     # SyntaxError positions are 1-based, in characters, and often partly missing.
     starts = _line_starts(data)
-    lines = text.split("\n")
+    lines = LINE_BREAK.split(text)
     line = _clamp(lineno or 1, 1, len(lines))
     start = starts[line - 1] + _byte_column(lines[line - 1], offset)
     end_line, end = line, start
@@ -399,12 +409,11 @@ def _byte_column(line: str, offset: int | None) -> int:
 
 
 def _line_starts(data: bytes) -> list[int]:
-    starts = [0]
-    index = data.find(b"\n")
-    while index != -1:
-        starts.append(index + 1)
-        index = data.find(b"\n", index + 1)
-    return starts
+    """The byte offset where each line starts."""
+    return [0] + [m.end() for m in _BREAK_BYTES.finditer(data)]
+
+
+_BREAK_BYTES = re.compile(LINE_BREAK.pattern.encode())
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -526,10 +535,10 @@ class _Layout:
     @classmethod
     def of(cls, before: str, after: str, holes: list[Region], grow: bool) -> _Layout:
         """grow: an empty hole's reach takes in the nearest non-blank line on each side."""
-        old_lines = before.split("\n")
+        old_lines = LINE_BREAK.split(before)
         b = tuple(_lines(before, *h.before) for h in holes)
         # The line where a hole's text ends is the same line in both texts, whatever the fill holds.
-        shifts = tuple(after.count("\n", 0, h.after[1]) - before.count("\n", 0, h.before[1]) for h in holes)
+        shifts = tuple(_breaks(after, h.after[1]) - _breaks(before, h.before[1]) for h in holes)
         reach = tuple(
             _grown(old_lines, lines) if grow and h.before[0] == h.before[1] else lines for h, lines in zip(holes, b)
         )
@@ -560,8 +569,12 @@ class _Layout:
 
 def _lines(text: str, start: int, end: int) -> Lines:
     """Lines holding text[start:end]; an empty run is on the line where it stands."""
-    first = text.count("\n", 0, start) + 1
-    return first, first + text.count("\n", start, max(start, end - 1))
+    return line_range(text, start, end)
+
+
+def _breaks(text: str, end: int) -> int:
+    """Line breaks in text[:end]."""
+    return len(LINE_BREAK.findall(text, 0, end))
 
 
 def _grown(lines: list[str], hole: Lines) -> Lines:

@@ -679,8 +679,8 @@ def overrides(config: Any, args: list[str], given: dict | None = None, what: str
             raise UsageError(f"unknown {what} {key!r}; known: {', '.join(types)}")
         try:
             values[key] = settings.convert(raw, types[key])
-        except ValueError:
-            raise UsageError(f"bad value {raw!r} for {what} {key} (expects {settings.type_name(types[key])})") from None
+        except ValueError as err:
+            raise UsageError(f"bad value {raw!r} for {what} {key} ({settings.expects(types[key], err)})") from None
     return replace(config, **values)
 
 

@@ -144,7 +144,7 @@ def test_report_to_dict():
         "lang": "python",
         "ok": False,
         "errors": 1,
-        "problems": [{"line": 2, "column": 3, "kind": "compile", "message": "unexpected indent",
+        "problems": [{"line": 2, "column": 4, "kind": "compile", "message": "unexpected indent",
                       "start_byte": 9, "end_byte": 9, "end_line": 2}],
     }
 

@@ -110,7 +110,8 @@ def path_loader(name: str) -> Loader:
     if path.is_dir():
         return partial(folder, path)
     if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz")):
-        return partial(jsonl, path)
+        tasks = jsonl(path)  # read now: a bad file is one line before any model loads
+        return lambda tokenizer=None: tasks
     raise UsageError(f"--suite {name!r}: not a suite, a .jsonl(.gz) file or a folder; suites: {', '.join(SUITES)}")
 
 
@@ -118,14 +119,29 @@ def path_loader(name: str) -> Loader:
 
 
 def read_jsonl(path: Path | str) -> list[dict]:
-    """The JSON objects of a .jsonl or .jsonl.gz file, one a line; blank lines are skipped."""
+    """The JSON objects of a .jsonl or .jsonl.gz file, one a line; blank lines are skipped.
+
+    Read as bytes and decoded line by line, so that a byte that is not UTF-8 is an InputError
+    naming its line; an unreadable or corrupt gzip file is one too.
+    """
     opener = gzip.open if str(path).endswith(".gz") else open
     rows = []
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                rows.append(_json_line(line, path, number))
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                line = _utf8_line(raw, path, number)
+                if line.strip():
+                    rows.append(_json_line(line, path, number))
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a truncated .gz ends in EOFError
+        raise InputError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
     return rows
+
+
+def _utf8_line(raw: bytes, path: Path | str, number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}:{number}: not UTF-8 text (bad byte at column {err.start + 1})") from None
 
 
 def _json_line(line: str, path: Path | str, number: int) -> dict:

@@ -80,8 +80,8 @@ def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
         return raw
     try:
         return _convert(raw, hint)
-    except ValueError:
-        raise UsageError(f"decoder {decoder!r}: bad value {raw!r} for {key} (expects {type_name(hint)})") from None
+    except ValueError as err:
+        raise UsageError(f"decoder {decoder!r}: bad value {raw!r} for {key} ({settings.expects(hint, err)})") from None
 
 
 def _convert(raw: str, hint: Any) -> Any:

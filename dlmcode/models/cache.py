@@ -30,11 +30,11 @@ import torch
 from torch import Tensor
 
 from ..errors import UsageError
+from ..run import CACHE_MODES as MODES
+from ..run import check_cache
 
 if TYPE_CHECKING:
     from .base import Dlm
-
-MODES = ("none", "prefix", "dual")
 
 
 class Runner(Protocol):
@@ -50,10 +50,7 @@ class CacheSettings:
     refresh: int = 0  # run every position at least every N calls; 0 = only when the block moves (Fast-dLLM), 1 = every call
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise UsageError(f"--cache {self.mode!r}: use one of {', '.join(MODES)}")
-        if self.refresh < 0:
-            raise UsageError(f"--cache-refresh {self.refresh}: give 0 (at block changes only) or a number of calls")
+        check_cache(self.mode, self.refresh)  # run.py: the CLI checks the same before torch imports
         if self.block < 0:
             raise UsageError(f"block={self.block}: holes per block must be >= 0")
 

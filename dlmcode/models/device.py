@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import torch
 
-from ..errors import ModelError, UsageError
+from ..errors import ModelError
+from ..run import DTYPE_NAMES, check_device, check_dtype
 
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
+DTYPES = {name: getattr(torch, attribute) for name, attribute in DTYPE_NAMES.items()}
 
 AVAILABLE = {  # device kind -> is it usable here
     "cuda": lambda: torch.cuda.is_available(),
@@ -23,17 +15,14 @@ AVAILABLE = {  # device kind -> is it usable here
     "cpu": lambda: True,
 }
 AUTO_ORDER = ("cuda", "mps", "cpu")  # "auto" takes the first one available
-DEVICE = re.compile(r"(?P<kind>[a-z]+)(?::(?P<index>\d+))?")
 
 
 def resolve_device(name: str) -> torch.device:
     """'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' -> a device that exists on this machine."""
     name = name.strip().lower()
-    if name == "auto":
+    m = check_device(name)  # a UsageError for a misspelt one (run.py)
+    if m is None:
         return torch.device(next(kind for kind in AUTO_ORDER if AVAILABLE[kind]()))
-    m = DEVICE.fullmatch(name)
-    if m is None or m["kind"] not in AVAILABLE:
-        raise UsageError(f"--device {name!r}: unknown device; use one of auto, {', '.join(AVAILABLE)} (or cuda:N)")
     if not AVAILABLE[m["kind"]]():
         raise ModelError(f"--device {name}: no {m['kind'].upper()} device is available here; use --device cpu or --device auto")
     if m["index"] is not None and m["kind"] == "cuda" and int(m["index"]) >= torch.cuda.device_count():
@@ -46,8 +35,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     name = name.strip().lower()
     if name == "auto":
         return auto_dtype(device)
-    if name not in DTYPES:
-        raise UsageError(f"--dtype {name!r}: unknown dtype; use auto or one of {', '.join(DTYPES)}")
+    check_dtype(name)
     return DTYPES[name]
 
 
