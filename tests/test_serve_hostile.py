@@ -89,6 +89,40 @@ def test_wrong_types_and_values(c, path, body, says):
     still_serving(c)
 
 
+SURROGATES = [  # raw JSON: "\\ud800" is valid JSON text but decodes to a lone surrogate, which no tokenizer takes
+    ("/infill", b'{"input_prefix": "x = \\ud800"}', "input_prefix"),
+    ("/infill", b'{"input_prefix": "x", "input_suffix": "\\udfff"}', "input_suffix"),
+    ("/infill", b'{"input_prefix": "x", "prompt": "\\ud800"}', "prompt"),
+    ("/infill", b'{"input_prefix": "x", "input_extra": [{"filename": "a\\ud800.py", "text": "y"}]}', "input_extra"),
+    ("/infill", b'{"input_prefix": "x", "input_extra": [{"text": "\\ud800"}]}', "input_extra"),
+    ("/infill", b'{"input_prefix": "x", "stop": ["\\ud800"]}', "stop"),
+    ("/infill", b'{"input_prefix": "x", "options": {"\\ud800": 1}}', "options"),
+    ("/infill", b'{"input_prefix": "x", "decoder": "\\ud800"}', "decoder"),
+    ("/infill", b'{"input_prefix": "x", "lang": "\\udc80"}', "lang"),
+    ("/completion", b'{"prompt": "<fim_prefix>x\\ud800<fim_suffix><fim_middle>"}', "prompt"),
+    ("/v1/completions", b'{"prompt": ["x = \\ud800"]}', "prompt"),
+    ("/v1/completions", b'{"prompt": "x", "suffix": "\\ud800"}', "suffix"),
+    ("/api/generate", b'{"prompt": "x = \\ud800"}', "prompt"),
+    ("/api/generate", b'{"prompt": "x", "options": {"stop": ["\\ud800"]}}', "options"),
+    ("/api/generate", b'{"\\ud800": 1, "prompt": "x"}', "a key"),
+]
+
+
+@pytest.mark.parametrize(("path", "raw", "field"), SURROGATES)
+def test_lone_surrogates_are_a_400_naming_the_field(c, path, raw, field):
+    r = c.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    text = message(path, r)
+    assert text.startswith(f"{field} holds a lone surrogate") and "\n" not in text
+    still_serving(c)
+
+
+def test_a_surrogate_pair_is_one_character_and_taken(c):
+    r = c.post("/infill", content=b'{"input_prefix": "x = \\ud83d\\ude00\\nx = ", "n_predict": 4}',
+               headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
 def test_unknown_routes_and_methods_in_each_shape(c):
     assert c.get("/nowhere").json()["error"]["message"] == "no route GET /nowhere"
     assert c.get("/v1/chat").json()["error"]["code"] == "not_found"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,28 @@ def parse(data: bytes) -> dict[str, Any]:
         raise BadRequest(f"the body is not valid JSON: {one_line(err)}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"the body must be a JSON object, not {kind(value)}")
+    no_lone_surrogates(value)
     return value
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def no_lone_surrogates(document: dict[str, Any]) -> None:
+    """Refuse text that is not Unicode: JSON's "\\ud800" escape decodes to a lone surrogate,
+    which no tokenizer, encoder or file takes. Checked once here, over every string and key of
+    the document, so that no field of any protocol is forgotten. Iterative: the nesting json
+    allows would overflow a recursive walk."""
+    stack = [(key, item) for key, value in document.items() for item in (key, value)]
+    while stack:
+        field, item = stack.pop()
+        if isinstance(item, dict):
+            stack += [(field, x) for pair in item.items() for x in pair]
+        elif isinstance(item, list):
+            stack += [(field, x) for x in item]
+        elif isinstance(item, str) and not item.isascii() and (bad := SURROGATE.search(item)):
+            name = "a key" if SURROGATE.search(field) else field  # never echo the bad text itself: no answer could carry it
+            raise BadRequest(f"{name} holds a lone surrogate ({bad.group()!a}): send valid Unicode text")
 
 
 def _no_constant(name: str) -> Any:
