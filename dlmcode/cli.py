@@ -2,7 +2,8 @@
 
 stdout carries only data (code, or one JSON document with --json); the live view, the
 summary line, warnings and errors go to stderr. Exit codes: 0 ok, 1 error (or syntax
-errors found by `check`), 2 usage error, 130 interrupted.
+errors found by `check`), 2 usage error, 130 interrupted (Ctrl-C); `serve` stopped by
+SIGTERM (a service manager's stop) exits 0 after one line: that is its normal end.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -539,7 +541,23 @@ def serve(
         model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
         dlm = load_model(model_run, quiet=False)
         engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines)
-        server.run(engine, host, port, api_key or None)
+        stopped_by = server.run(engine, host, port, api_key or None)
+    if stopped_by is not None:
+        stopped(stopped_by)
+
+
+def stopped(sig: int) -> NoReturn:
+    """The server's last line, then exit at once: 130 for Ctrl-C, 0 for SIGTERM. Its work is done and
+    answered; the interpreter's teardown would only add torch's half second (os._exit skips it)."""
+    import signal
+
+    if sig == signal.SIGTERM:
+        typer.echo("dlmcode: stopped by SIGTERM; the server stopped", err=True)
+    else:
+        typer.echo("dlmcode: interrupted; the server stopped", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if sig == signal.SIGTERM else 130)
 
 
 def main() -> None:
