@@ -276,6 +276,47 @@ def test_a_jail_dies_with_the_bench(tmp_path):
     while alive(token) and time.time() < deadline:
         time.sleep(0.05)
     assert alive(token) == []
+    left = homes_of(bench.pid)
+    assert len(left) == 1  # a kill -9 runs no clean-up: the next bench removes it (below), so the suite leaves none
+    quick = tmp_path / "quick.py"
+    quick.write_text(QUICK_SCRIPT)
+    subprocess.run([sys.executable, str(quick)], check=True, timeout=60)
+    assert homes_of(bench.pid) == []
+
+
+QUICK_SCRIPT = """
+from dlmcode.bench import sandbox
+
+assert sandbox.run("def f(x):\\n    return x\\n", "def check(c):\\n    assert c(1) == 1\\n", "f").passed
+"""
+
+
+def homes_of(pid: int) -> list:
+    import tempfile
+
+    return sorted(Path(tempfile.gettempdir()).glob(f"dlmcode-sandbox-{pid}-*"))
+
+
+def test_stale_folders_are_removed_only_when_ours_and_their_bench_is_dead(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f"dlmcode-sandbox-{dead_pid}-abc"
+    (stale / "sample").mkdir(parents=True)
+    live = tmp_path / f"dlmcode-sandbox-{os.getppid()}-abc"
+    live.mkdir()
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep").write_text("mine")
+    link = tmp_path / f"dlmcode-sandbox-{dead_pid}-link"
+    link.symlink_to(target)
+    other = tmp_path / "dlmcode-sandbox-oldname"  # no pid: whose it is cannot be told
+    other.mkdir()
+    removed = sandbox.remove_stale_homes.__wrapped__()
+    assert removed == [stale] and not stale.exists()
+    assert live.exists() and link.is_symlink() and (target / "keep").read_text() == "mine" and other.exists()
 
 
 @pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.kill(-1, 9)", "os.kill(VICTIM, 9)",

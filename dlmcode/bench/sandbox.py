@@ -27,7 +27,9 @@ import functools
 import marshal
 import os
 import selectors
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import DlmcodeError
+from ..files import alive
 from . import harness
 
 GRACE = 1.0  # seconds a failed run's sample gets to end by itself, so that we can say how it ended
@@ -94,11 +97,45 @@ def run(program: str, test: str, entry_point: str, limits: Limits = Limits(), au
     """
     if limits.isolated:
         require()
-    with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
+    with scratch() as home:
         start = time.perf_counter()
         judge, sample = _Pair(Path(home), program, test, entry_point, limits, audit).wait(start + limits.timeout)
         seconds = time.perf_counter() - start
     return _outcome(judge, sample, seconds)
+
+
+# ---------------------------------------------------------------- the runs' folders, and those of dead benches
+
+HOME_PREFIX = "dlmcode-sandbox-"  # a run's folder in the temp folder: dlmcode-sandbox-<pid>-<random>
+
+
+def scratch() -> tempfile.TemporaryDirectory:
+    """A run's folder (the processes' stdout and stderr), named with our pid so that a later bench
+    can tell it from a live one's when a kill -9 left it behind."""
+    remove_stale_homes()
+    return tempfile.TemporaryDirectory(prefix=f"{HOME_PREFIX}{os.getpid()}-")
+
+
+@functools.cache
+def remove_stale_homes() -> list[Path]:
+    """Remove the run folders of benches that are gone (once per process, as files.py does for
+    --in-place's temp files): only our own real folders, whose pid in the name is dead."""
+    removed = []
+    for home in Path(tempfile.gettempdir()).glob(f"{HOME_PREFIX}*-*"):
+        pid = home.name[len(HOME_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)) and _ours(home):
+            shutil.rmtree(home, ignore_errors=True)  # rmtree does not follow links inside it
+            removed.append(home)
+    return removed
+
+
+def _ours(path: Path) -> bool:
+    """A folder, not a link to one, that we own: another user's look-alike in a shared /tmp is left alone."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 # ---------------------------------------------------------------- isolation: available or refused
@@ -119,7 +156,7 @@ def unavailable() -> str | None:
         return f"it needs Linux namespaces ({sys.platform} has none)"
     if os.uname().machine not in harness.PIVOT_ROOT:
         return f"dlmcode does not know pivot_root's system call number on {os.uname().machine}"
-    with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
+    with scratch() as home:
         try:
             proc, report_r = _spawn(Path(home), "probe", {}, Limits(), audit=False)
         except OSError as err:
