@@ -496,3 +496,25 @@ def test_canonical_solutions_of_humaneval_infilling_all_pass_in_the_jail():
     failed = [(key, outcome.status, outcome.detail) for key, task in problems.items()
               if not (outcome := sandbox.run(task.code(task.canonical), task.test, task.entry_point)).passed]  # fmt: skip
     assert len(problems) == 164 and failed == []
+
+
+def installed_packages() -> tuple[list[str], list[str]]:
+    """The Python installation's site-packages folders (and the system's dist-packages), and packages in them."""
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    folders = sorted({p for p in (base["purelib"], base["platlib"], "/usr/lib/python3/dist-packages") if os.path.isdir(p)})
+    names = sorted({p.name for f in folders for p in Path(f).iterdir() if (p / "__init__.py").is_file()} & {"pip", "numpy", "setuptools"})
+    return folders, names
+
+
+def test_the_installation_s_packages_cannot_be_imported_even_from_sys_path():
+    """-I -S leave site-packages off sys.path, but a program can put them back: inside the jail they are empty."""
+    folders, names = installed_packages()
+    if not names:
+        pytest.skip("no pip, numpy or setuptools in the installation's site-packages to try")
+    program = (f"import os, sys\nsys.path += {folders!r}\nresult = []\n"
+               f"for name in {names!r}:\n    try:\n        __import__(name)\n        result.append(name)\n    except ImportError:\n        pass\n"
+               f"result += [f for f in {folders!r} if os.path.isdir(f) and os.listdir(f)]\n"
+               "import json, decimal, sqlite3  # the standard library, C extensions included, still imports\n"
+               "def seen():\n    return result\n")  # fmt: skip
+    outcome = sees(program, [])
+    assert outcome.passed, outcome

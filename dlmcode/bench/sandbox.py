@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import glob
 import marshal
 import os
 import selectors
@@ -238,7 +239,8 @@ def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bo
 
 
 def _jail_spec(limits: Limits) -> dict:
-    return {"uid": harness.NOBODY, "gid": harness.NOBODY, "python": python_folders(), "scratch_mb": limits.scratch_mb}
+    return {"uid": harness.NOBODY, "gid": harness.NOBODY, "python": python_folders(), "scratch_mb": limits.scratch_mb,
+            "hide": package_folders()}
 
 
 def _read_report(fd: int, deadline: float, stop=lambda line: False) -> tuple[list[dict], bool]:
@@ -342,6 +344,18 @@ def python_folders(everything: bool = False) -> list[str]:
     found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(interpreter()))}
     system = tuple(s + "/" for s in harness.SYSTEM)
     return sorted(p for p in found if everything or not (p + "/").startswith(system))
+
+
+PACKAGE_GLOBS = ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib*/python3/dist-packages")
+
+
+@functools.cache
+def package_folders() -> list[str]:
+    """Where third-party packages live in what the jail binds: the installation's site-packages and
+    the system's dist-packages (Debian), hidden inside it so that only the standard library imports."""
+    roots = {*python_folders(everything=True), *(p for p in harness.SYSTEM if os.path.isdir(p)), "/usr/local"}
+    found = {os.path.realpath(f) for root in roots for pattern in PACKAGE_GLOBS for f in glob.glob(os.path.join(root, pattern))}
+    return sorted(f for f in found if os.path.isdir(f))
 
 
 def scrubbed_env(home: Path, isolated: bool) -> dict[str, str]:
