@@ -421,7 +421,7 @@ def bench(
     out: Annotated[Path | None, typer.Option(help="folder for samples.jsonl, summary.json/.csv and pareto.png/.svg; an existing one is resumed")] = None,
     timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run", callback=finite)] = 10.0,
     cpu: Annotated[int, typer.Option(help="CPU seconds per test run")] = 5,
-    memory: Annotated[int, typer.Option(help="MiB of memory per test run")] = 1024,
+    memory: Annotated[int, typer.Option(help="MiB of memory per test run, all its processes together (where no cgroup can be made: per process, and none may start another)")] = 1024,
     unsafe_no_sandbox: Annotated[bool, typer.Option("--unsafe-no-sandbox", help="run generated code without OS isolation (only limits and an audit hook) where the sandbox cannot be built; only on a machine you can throw away")] = False,
     model: Model = None,
     device: Device = "auto",
