@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -524,10 +525,10 @@ def serve(
     trust_remote_code: TrustRemoteCode = False,
 ) -> None:
     """Serve completions to editors: llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate."""
-    from . import decoders, syntax
-    from .models.cache import CacheSettings
+    with reported("the server stopped"), terminated_stops():
+        from . import decoders, syntax
+        from .models.cache import CacheSettings
 
-    with reported("the server stopped"):
         options = decoders.parse_options(option if option is not None else ["block=8"])
         decoders.build(decoder, options)  # a bad decoder or setting fails before the model loads
         CacheSettings(cache, refresh=cache_refresh)
@@ -546,11 +547,20 @@ def serve(
         stopped(stopped_by)
 
 
+@contextlib.contextmanager
+def terminated_stops() -> Iterator[None]:
+    """SIGTERM while torch imports and the model loads stops as it does while serving (uvicorn's own
+    handler takes over then); the handler before is back afterwards (tests run commands in-process)."""
+    before = signal.signal(signal.SIGTERM, lambda sig, frame: stopped(sig))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def stopped(sig: int) -> NoReturn:
     """The server's last line, then exit at once: 130 for Ctrl-C, 0 for SIGTERM. Its work is done and
     answered; the interpreter's teardown would only add torch's half second (os._exit skips it)."""
-    import signal
-
     if sig == signal.SIGTERM:
         typer.echo("dlmcode: stopped by SIGTERM; the server stopped", err=True)
     else:
