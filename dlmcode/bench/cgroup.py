@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,18 +80,23 @@ class RunGroup:
         """Remove the cgroup, or, while its processes are still leaving (a few ms after the run), later:
         at the next run's start or at exit, so that no run waits for the one before."""
         if not remove(self.path, 0):
-            if not PENDING:
-                atexit.register(remove_pending, EMPTY_WAIT)
-            PENDING.append(self.path)
+            with PENDING_LOCK:
+                PENDING.append(self.path)
+            remove_at_exit()
 
 
 PENDING: list[Path] = []  # closed runs' cgroups not yet empty
+PENDING_LOCK = threading.Lock()  # runs may be judged from several threads
+
+
+@functools.cache
+def remove_at_exit() -> None:
+    atexit.register(remove_pending, EMPTY_WAIT)  # once per process
 
 
 def remove_pending(wait: float = 0) -> None:
-    for path in list(PENDING):
-        if remove(path, wait):
-            PENDING.remove(path)
+    with PENDING_LOCK:
+        PENDING[:] = [path for path in PENDING if not remove(path, wait)]
 
 
 def remove(path: Path, wait: float) -> bool:
