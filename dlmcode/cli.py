@@ -2,7 +2,8 @@
 
 stdout carries only data (code, or one JSON document with --json); the live view, the
 summary line, warnings and errors go to stderr. Exit codes: 0 ok, 1 error (or syntax
-errors found by `check`), 2 usage error, 130 interrupted.
+errors found by `check`), 2 usage error, 130 interrupted (Ctrl-C); `serve` stopped by
+SIGTERM (a service manager's stop) exits 0 after one line: that is its normal end.
 
 Each command checks what it was given (files, spans, numbers, settings, the --out folder)
 before it imports torch (about 2 s) and before it loads a model, cheapest first: a typo
@@ -14,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import signal
 import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -540,7 +543,7 @@ def bench(
     out: Annotated[Path | None, typer.Option(help="folder for samples.jsonl, summary.json/.csv and pareto.png/.svg; an existing one is resumed")] = None,
     timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run", callback=finite)] = 10.0,
     cpu: Annotated[int, typer.Option(help="CPU seconds per test run")] = 5,
-    memory: Annotated[int, typer.Option(help="MiB of memory per test run")] = 1024,
+    memory: Annotated[int, typer.Option(help="MiB of memory per test run, all its processes together (where no cgroup can be made: per process, and none may start another)")] = 1024,
     unsafe_no_sandbox: Annotated[bool, typer.Option("--unsafe-no-sandbox", help="run generated code without OS isolation (only limits and an audit hook) where the sandbox cannot be built; only on a machine you can throw away")] = False,
     model: Model = None,
     device: Device = "auto",
@@ -646,10 +649,10 @@ def serve(
     trust_remote_code: TrustRemoteCode = False,
 ) -> None:
     """Serve completions to editors: llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate."""
-    from . import decoders, syntax
-    from .models.cache import CacheSettings
+    with reported("the server stopped"), terminated_stops():
+        from . import decoders, syntax
+        from .models.cache import CacheSettings
 
-    with reported("the server stopped"):
         options = decoders.parse_options(option if option is not None else ["block=8"])
         decoders.build(decoder, options)  # a bad decoder or setting fails before the model loads
         CacheSettings(cache, refresh=cache_refresh)
@@ -663,7 +666,32 @@ def serve(
         model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
         dlm = load_model(model_run, quiet=False)
         engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines)
-        server.run(engine, host, port, api_key or None)
+        stopped_by = server.run(engine, host, port, api_key or None)
+    if stopped_by is not None:
+        stopped(stopped_by)
+
+
+@contextlib.contextmanager
+def terminated_stops() -> Iterator[None]:
+    """SIGTERM while torch imports and the model loads stops as it does while serving (uvicorn's own
+    handler takes over then); the handler before is back afterwards (tests run commands in-process)."""
+    before = signal.signal(signal.SIGTERM, lambda sig, frame: stopped(sig))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def stopped(sig: int) -> NoReturn:
+    """The server's last line, then exit at once: 130 for Ctrl-C, 0 for SIGTERM. Its work is done and
+    answered; the interpreter's teardown would only add torch's half second (os._exit skips it)."""
+    if sig == signal.SIGTERM:
+        typer.echo("dlmcode: stopped by SIGTERM; the server stopped", err=True)
+    else:
+        typer.echo("dlmcode: interrupted; the server stopped", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if sig == signal.SIGTERM else 130)
 
 
 def main() -> None:

@@ -544,3 +544,29 @@ def test_compare_labels_the_span_in_its_header(model, source, monkeypatch):
 def test_dlmcode_alone_prints_its_help_once():
     result = run()
     assert result.stdout.count("Usage:") == 1 and "infill" in result.stdout and result.stderr == ""
+
+
+def test_a_config_json_asking_for_a_million_layers_fails_fast_without_allocating(model_copy, source):
+    """The shapes are checked against the weights' header before the model is built (it allocated 7.5 GB first)."""
+    import resource
+    import time
+
+    edit_config(model_copy, n_layers=1_000_000)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    start = time.perf_counter()
+    line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+    seconds = time.perf_counter() - start
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    assert line.startswith(f"dlmcode: error: model folder {str(model_copy)!r}: model.safetensors lacks 'blocks.")
+    assert "config.json implies are missing; it says n_layers 1000000" in line
+    assert seconds < 10 and grown_mb < 200, (seconds, grown_mb)
+
+
+def test_the_shapes_config_json_implies_are_the_model_s_own():
+    from dlmcode.models.builtin import BuiltinConfig, DlmcodeDiffusionLM, expected_shape
+
+    cfg = BuiltinConfig(vocab_size=40, dim=16, n_layers=2, n_heads=2, ffn_mult=3)
+    model = DlmcodeDiffusionLM(cfg, init_weights=False)
+    assert {name: expected_shape(cfg, name) for name in model.state_dict()} == {
+        name: tuple(t.shape) for name, t in model.state_dict().items()}
+    assert expected_shape(cfg, "blocks.2.up.weight") is None and expected_shape(cfg, "blocks.01.up.weight") is None

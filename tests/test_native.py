@@ -304,3 +304,19 @@ def test_a_padded_batch_gives_each_canvas_its_own_logits(tmp_path, make):
     seqs = [torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, dlm.mask_id]), torch.tensor([14, dlm.mask_id, 15, 16])]
     for got, ids in zip(dlm.forward_batch(seqs), seqs):
         torch.testing.assert_close(got, dlm.predict(ids), rtol=1e-5, atol=1e-5)  # padding is never attended; Dream stays aligned
+
+
+@pytest.mark.parametrize(("folder", "key"), [(llada_folder, "n_layers"), (dream_folder, "num_hidden_layers")])
+def test_a_layer_count_the_weights_do_not_have_fails_before_the_model_is_built(tmp_path, folder, key):
+    """Checked from the safetensors headers: a million layers on the meta device would cost gigabytes of modules first."""
+    import time
+
+    from dlmcode.errors import ModelError
+
+    path, _ = folder(tmp_path / "m")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, key: 1_000_000}))
+    start = time.perf_counter()
+    with pytest.raises(ModelError, match=f"config.json says {key} 1000000, the weights hold 2 layers"):
+        models.load(str(path), device="cpu")
+    assert time.perf_counter() - start < 5

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlmcode.bench import harness, runner, sandbox, suites
+from dlmcode.bench import cgroup, harness, runner, sandbox, suites
 from dlmcode.bench.metrics import Sample
 from tiny import tiny_builtin
 
@@ -35,6 +35,9 @@ FAST = sandbox.Limits(timeout=30, cpu=1, memory_mb=256)  # CPU ends a loop; the 
 IMPOSSIBLE = "def check(candidate):\n    assert candidate(1) == 'never'\n"  # no honest f passes this
 SEEN = "def check(candidate):\n    assert candidate() == {expected!r}, candidate()\n"
 BOMB = "hog = []\nwhile True:\n    hog.append(bytearray(10**7))\n"
+
+
+needs_processes = pytest.mark.skipif(cgroup.place() is None, reason="without a cgroup a jailed run may start no process")
 
 
 def judged(program: str, test: str = IMPOSSIBLE, entry: str = "f", limits: sandbox.Limits = FAST, audit: bool = False):
@@ -205,6 +208,7 @@ def test_no_network_even_to_a_port_on_this_machine():
     assert received == []
 
 
+@needs_processes
 def test_a_subprocess_runs_as_nobody_without_privileges():
     if os.geteuid() != 0:
         pytest.skip("the uid rule is for a bench that runs as root")
@@ -236,6 +240,7 @@ def alive(token: str) -> list[str]:
     return found
 
 
+@needs_processes
 def test_orphans_die_with_the_sample():
     token = uuid.uuid4().hex
     sleeper = f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])"
@@ -276,6 +281,47 @@ def test_a_jail_dies_with_the_bench(tmp_path):
     while alive(token) and time.time() < deadline:
         time.sleep(0.05)
     assert alive(token) == []
+    left = homes_of(bench.pid)
+    assert len(left) == 1  # a kill -9 runs no clean-up: the next bench removes it (below), so the suite leaves none
+    quick = tmp_path / "quick.py"
+    quick.write_text(QUICK_SCRIPT)
+    subprocess.run([sys.executable, str(quick)], check=True, timeout=60)
+    assert homes_of(bench.pid) == []
+
+
+QUICK_SCRIPT = """
+from dlmcode.bench import sandbox
+
+assert sandbox.run("def f(x):\\n    return x\\n", "def check(c):\\n    assert c(1) == 1\\n", "f").passed
+"""
+
+
+def homes_of(pid: int) -> list:
+    import tempfile
+
+    return sorted(Path(tempfile.gettempdir()).glob(f"dlmcode-sandbox-{pid}-*"))
+
+
+def test_stale_folders_are_removed_only_when_ours_and_their_bench_is_dead(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f"dlmcode-sandbox-{dead_pid}-abc"
+    (stale / "sample").mkdir(parents=True)
+    live = tmp_path / f"dlmcode-sandbox-{os.getppid()}-abc"
+    live.mkdir()
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep").write_text("mine")
+    link = tmp_path / f"dlmcode-sandbox-{dead_pid}-link"
+    link.symlink_to(target)
+    other = tmp_path / "dlmcode-sandbox-oldname"  # no pid: whose it is cannot be told
+    other.mkdir()
+    removed = sandbox.remove_stale_homes.__wrapped__()
+    assert removed == [stale] and not stale.exists()
+    assert live.exists() and link.is_symlink() and (target / "keep").read_text() == "mine" and other.exists()
 
 
 @pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.kill(-1, 9)", "os.kill(VICTIM, 9)",
@@ -455,3 +501,80 @@ def test_canonical_solutions_of_humaneval_infilling_all_pass_in_the_jail():
     failed = [(key, outcome.status, outcome.detail) for key, task in problems.items()
               if not (outcome := sandbox.run(task.code(task.canonical), task.test, task.entry_point)).passed]  # fmt: skip
     assert len(problems) == 164 and failed == []
+
+
+def installed_packages() -> tuple[list[str], list[str]]:
+    """The Python installation's site-packages folders (and the system's dist-packages), and packages in them."""
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    folders = sorted({p for p in (base["purelib"], base["platlib"], "/usr/lib/python3/dist-packages") if os.path.isdir(p)})
+    names = sorted({p.name for f in folders for p in Path(f).iterdir() if (p / "__init__.py").is_file()} & {"pip", "numpy", "setuptools"})
+    return folders, names
+
+
+def test_the_installation_s_packages_cannot_be_imported_even_from_sys_path():
+    """-I -S leave site-packages off sys.path, but a program can put them back: inside the jail they are empty."""
+    folders, names = installed_packages()
+    if not names:
+        pytest.skip("no pip, numpy or setuptools in the installation's site-packages to try")
+    program = (f"import os, sys\nsys.path += {folders!r}\nresult = []\n"
+               f"for name in {names!r}:\n    try:\n        __import__(name)\n        result.append(name)\n    except ImportError:\n        pass\n"
+               f"result += [f for f in {folders!r} if os.path.isdir(f) and os.listdir(f)]\n"
+               "import json, decimal, sqlite3  # the standard library, C extensions included, still imports\n"
+               "def seen():\n    return result\n")  # fmt: skip
+    outcome = sees(program, [])
+    assert outcome.passed, outcome
+
+
+FORK_HOGS = """
+import os, time
+def f(n):
+    kids, (r, w) = [], os.pipe()
+    for _ in range(n):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            block = b"x" * (300 << 20)  # written, so really in memory
+            os.write(w, b"1")  # holding it
+            time.sleep(3)
+            os._exit(0)
+        kids.append(pid)
+    os.close(w)
+    held = 0
+    while os.read(r, 1):  # until every child has ended or been killed
+        held += 1
+    for pid in kids:
+        os.waitpid(pid, 0)
+    return held
+"""
+HELD_AT_ONCE = "def check(c):\n    held = c(4)\n    assert held <= 1, f'{held} children held 300 MB at once'\n"
+
+
+def test_the_memory_limit_holds_for_the_whole_run_not_each_process():
+    """4 children of 300 MB each, each under --memory 512 alone: all 4 held their memory at once before
+    (the issue's 6 x 900 MB took 3.1 GB under --memory 1024); with a cgroup the kernel kills past 512 in
+    total, and without one no child can start."""
+    outcome = judged(FORK_HOGS, HELD_AT_ONCE, limits=sandbox.Limits(timeout=30, cpu=5, memory_mb=512))
+    assert outcome.passed, outcome
+    if cgroup.place():
+        cgroup.remove_pending(2)  # what exit does: a run's cgroup is removed once its processes have left
+        assert not list(cgroup.place().parent.glob(f"dlmcode-{os.getpid()}-*"))
+
+
+def test_without_a_cgroup_a_jailed_run_starts_no_process_or_thread(monkeypatch):
+    monkeypatch.setattr(cgroup, "place", lambda: None)
+    program = ("import os, threading\nresult = []\n"
+               "for start in (os.fork, lambda: threading.Thread(target=print).start()):\n"
+               "    try:\n        pid = start()\n        if pid == 0:\n            os._exit(0)\n        result.append('started')\n"
+               "    except (OSError, RuntimeError):\n        result.append('refused')\n"
+               "def seen():\n    return result\n")  # fmt: skip
+    assert sees(program, ["refused", "refused"]).passed
+
+
+@pytest.mark.skipif(cgroup.place() is None, reason="no cgroup with a memory controller here")
+def test_a_run_past_its_memory_as_a_whole_says_memory():
+    program = ("import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        block = b'x' * (200 << 20)\n"
+               "        time.sleep(2)\n        os._exit(0)\ntime.sleep(3)\ndef f(x):\n    return x\n")  # fmt: skip
+    outcome = judged(program, "def check(c):\n    assert c(1) == 2\n", limits=sandbox.Limits(timeout=30, cpu=5, memory_mb=384))
+    assert outcome.status == "memory" and "memory limit" in outcome.detail, outcome

@@ -89,6 +89,40 @@ def test_wrong_types_and_values(c, path, body, says):
     still_serving(c)
 
 
+SURROGATES = [  # raw JSON: "\\ud800" is valid JSON text but decodes to a lone surrogate, which no tokenizer takes
+    ("/infill", b'{"input_prefix": "x = \\ud800"}', "input_prefix"),
+    ("/infill", b'{"input_prefix": "x", "input_suffix": "\\udfff"}', "input_suffix"),
+    ("/infill", b'{"input_prefix": "x", "prompt": "\\ud800"}', "prompt"),
+    ("/infill", b'{"input_prefix": "x", "input_extra": [{"filename": "a\\ud800.py", "text": "y"}]}', "input_extra"),
+    ("/infill", b'{"input_prefix": "x", "input_extra": [{"text": "\\ud800"}]}', "input_extra"),
+    ("/infill", b'{"input_prefix": "x", "stop": ["\\ud800"]}', "stop"),
+    ("/infill", b'{"input_prefix": "x", "options": {"\\ud800": 1}}', "options"),
+    ("/infill", b'{"input_prefix": "x", "decoder": "\\ud800"}', "decoder"),
+    ("/infill", b'{"input_prefix": "x", "lang": "\\udc80"}', "lang"),
+    ("/completion", b'{"prompt": "<fim_prefix>x\\ud800<fim_suffix><fim_middle>"}', "prompt"),
+    ("/v1/completions", b'{"prompt": ["x = \\ud800"]}', "prompt"),
+    ("/v1/completions", b'{"prompt": "x", "suffix": "\\ud800"}', "suffix"),
+    ("/api/generate", b'{"prompt": "x = \\ud800"}', "prompt"),
+    ("/api/generate", b'{"prompt": "x", "options": {"stop": ["\\ud800"]}}', "options"),
+    ("/api/generate", b'{"\\ud800": 1, "prompt": "x"}', "a key"),
+]
+
+
+@pytest.mark.parametrize(("path", "raw", "field"), SURROGATES)
+def test_lone_surrogates_are_a_400_naming_the_field(c, path, raw, field):
+    r = c.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    text = message(path, r)
+    assert text.startswith(f"{field} holds a lone surrogate") and "\n" not in text
+    still_serving(c)
+
+
+def test_a_surrogate_pair_is_one_character_and_taken(c):
+    r = c.post("/infill", content=b'{"input_prefix": "x = \\ud83d\\ude00\\nx = ", "n_predict": 4}',
+               headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
 def test_unknown_routes_and_methods_in_each_shape(c):
     assert c.get("/nowhere").json()["error"]["message"] == "no route GET /nowhere"
     assert c.get("/v1/chat").json()["error"]["code"] == "not_found"
@@ -133,3 +167,52 @@ def test_warning_beyond_localhost_without_a_key():
     assert warning("0.0.0.0", "k") is None
     line = warning("0.0.0.0", None)
     assert line is not None and "without --api-key" in line and "\n" not in line
+
+
+def test_a_huge_prefix_and_suffix_are_trimmed_before_any_tokenizing():
+    """Only what the context could hold is tokenized (a far end cut at a line break), and the answer says truncated."""
+    from dlmcode.serve import trim
+
+    dlm, _ = tiny_dlm(PREFIX, SCRIPT)
+    seen = []
+    encode = dlm.tokenizer.encode
+    dlm.tokenizer.encode = lambda text: seen.append(len(text)) or encode(text)
+    client = TestClient(make_app(Engine(dlm, lang="python")))
+    far = "y = 1\n" * 300_000  # 1.8 MB on each side and in input_extra
+    r = client.post("/infill", json={"input_prefix": far + PREFIX, "input_suffix": SUFFIX + far, "n_predict": 16,
+                                     "input_extra": [{"filename": "a.py", "text": far}]})
+    assert r.status_code == 200 and r.json()["truncated"] is True
+    assert max(seen) <= trim.budget(dlm.context), max(seen)
+
+
+def test_trim_keeps_the_lines_nearest_the_cursor():
+    from dlmcode.serve import trim
+
+    assert trim.nearest_end("aaa\nbbb\nccc", 5) == "ccc"  # from a line start
+    assert trim.nearest_end("aaa\nbbb\n", 5) == "bbb\n"
+    assert trim.nearest_end("a" * 10, 4) == "aaaa"  # one long line: cut inside it
+    assert trim.nearest_start("aaa\nbbb\nccc", 5) == "aaa\n"
+    assert trim.nearest_start("a" * 10, 4) == "aaaa"
+    assert trim.nearest_end("short", 100) == "short" and trim.nearest_start("short", 100) == "short"
+
+
+def test_stopping_the_queue_cancels_the_decode_in_flight():
+    """What Ctrl-C and SIGTERM call: a decode of many slow calls ends after its current step."""
+    import asyncio
+    import time as clock
+
+    from dlmcode.serve.engine import Fill
+    from dlmcode.serve.queue import Queue
+    from dlmcode.serve.steps import Cancelled
+
+    dlm, _ = tiny_dlm(PREFIX, SCRIPT * 8, delay=0.2)
+    queue = Queue(Engine(dlm, options={"block": "1"}, lines=0))
+
+    async def ask():
+        asyncio.get_running_loop().call_later(0.3, queue.stop)
+        start = clock.monotonic()
+        with pytest.raises(Cancelled):
+            await queue.answer(Fill(prefix=PREFIX, suffix=SUFFIX, ceiling=40))
+        return clock.monotonic() - start
+
+    assert asyncio.run(ask()) < 1.5  # 40 calls of 0.2 s uncancelled

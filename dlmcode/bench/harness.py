@@ -602,6 +602,7 @@ def _new_root(libc, sources, spec):
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path, fd in sources.items():
         _bind(libc, path, fd, root + path)
+    _hide(libc, root, spec.get("hide", ()))
     for name in ("tmp", "oldroot"):
         os.makedirs(f"{root}/{name}", exist_ok=True)
     _mount(libc, "tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec['scratch_mb']}m,mode=0700")
@@ -612,6 +613,15 @@ def _new_root(libc, sources, spec):
     os.rmdir("/oldroot")
     _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir("/tmp")
+
+
+def _hide(libc, root, folders):
+    """An empty read-only tmpfs over each of `folders` (the installation's site-packages): what is
+    bound is readable, and -I -S alone does not stop a program putting a readable folder on sys.path."""
+    for folder in folders:
+        target = root + folder
+        if os.path.isdir(target) and not os.path.islink(target):
+            _mount(libc, "tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
 
 
 def _bind(libc, path, fd, target):

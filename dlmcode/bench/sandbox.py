@@ -12,7 +12,9 @@ jails itself before any untrusted code runs, in Linux namespaces set up through 
 no network; a read-only root holding only the system folders and the Python installation,
 with a size-capped, writable /tmp that disappears with it; a PID namespace whose init
 takes every process left behind with it; a scrubbed environment; no capabilities and
-no_new_privs; limits on wall-clock time, CPU seconds, memory, file size and process
+no_new_privs; the installation's site-packages hidden; limits on wall-clock time, CPU
+seconds, memory (the run's processes together in a cgroup where one can be made, see
+cgroup.py; without one, no process or thread may be started), file size and process
 count; and an audit hook as a second layer. Where the jail cannot be built (probed once
 per process), `run` refuses with one line saying why (`SandboxUnavailable`), unless the
 limits say `isolated=False` (the CLI's --unsafe-no-sandbox): then the same two processes
@@ -23,20 +25,26 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import functools
+import glob
 import marshal
 import os
 import selectors
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import DlmcodeError
-from . import harness
+from ..files import alive
+from . import cgroup, harness
 
 GRACE = 1.0  # seconds a failed run's sample gets to end by itself, so that we can say how it ended
 REPORT_BYTES = 1 << 16  # the most we read of a report pipe
@@ -60,10 +68,10 @@ class Limits:
 
     timeout: float = 10.0  # wall-clock seconds before both processes are killed
     cpu: int = 5  # CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)
-    memory_mb: int = 1024  # address space in MiB per process (RLIMIT_AS): allocations past it raise MemoryError
+    memory_mb: int = 1024  # MiB: the run's processes together (a cgroup: the kernel kills one past it), and each one's address space (RLIMIT_AS: MemoryError)
     output_mb: int = 4  # largest file (stdout/stderr included) a process may write (RLIMIT_FSIZE)
     scratch_mb: int = 64  # size of the writable /tmp inside the jail
-    processes: int = 16  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace)
+    processes: int = 16  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace); 1 without a cgroup
     isolated: bool = True  # False: no jail, only limits and the audit hook (--unsafe-no-sandbox)
 
     def __post_init__(self) -> None:
@@ -94,11 +102,68 @@ def run(program: str, test: str, entry_point: str, limits: Limits = Limits(), au
     """
     if limits.isolated:
         require()
-    with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
+    with scratch() as home, run_group(limits) as group:
         start = time.perf_counter()
-        judge, sample = _Pair(Path(home), program, test, entry_point, limits, audit).wait(start + limits.timeout)
+        judge, sample = _Pair(Path(home), program, test, entry_point, limits, audit, group).wait(start + limits.timeout)
         seconds = time.perf_counter() - start
-    return _outcome(judge, sample, seconds)
+        oom = group is not None and group.oom_killed()
+    return _outcome(judge, sample, seconds, oom)
+
+
+@contextlib.contextmanager
+def run_group(limits: Limits) -> Iterator[cgroup.RunGroup | None]:
+    """The run's cgroup (its memory limit counts all its processes together), or None where none can
+    be made: then a jailed run may start no process or thread (see `nproc`)."""
+    found = cgroup.place()
+    try:
+        group = cgroup.RunGroup(found, limits.memory_mb << 20) if found else None
+    except OSError:
+        group = None
+    try:
+        yield group
+    finally:
+        if group is not None:
+            group.close()
+
+
+def nproc(limits: Limits, group: cgroup.RunGroup | None) -> int:
+    """RLIMIT_NPROC for a run: its limit with a cgroup; without one, 1 (no new process or thread, the three
+    of the jail are already past it), since a child would get --memory MiB of its own."""
+    return limits.processes if group is not None else 1
+
+
+# ---------------------------------------------------------------- the runs' folders, and those of dead benches
+
+HOME_PREFIX = "dlmcode-sandbox-"  # a run's folder in the temp folder: dlmcode-sandbox-<pid>-<random>
+
+
+def scratch() -> tempfile.TemporaryDirectory:
+    """A run's folder (the processes' stdout and stderr), named with our pid so that a later bench
+    can tell it from a live one's when a kill -9 left it behind."""
+    remove_stale_homes()
+    return tempfile.TemporaryDirectory(prefix=f"{HOME_PREFIX}{os.getpid()}-")
+
+
+@functools.cache
+def remove_stale_homes() -> list[Path]:
+    """Remove the run folders of benches that are gone (once per process, as files.py does for
+    --in-place's temp files): only our own real folders, whose pid in the name is dead."""
+    removed = []
+    for home in Path(tempfile.gettempdir()).glob(f"{HOME_PREFIX}*-*"):
+        pid = home.name[len(HOME_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)) and _ours(home):
+            shutil.rmtree(home, ignore_errors=True)  # rmtree does not follow links inside it
+            removed.append(home)
+    return removed
+
+
+def _ours(path: Path) -> bool:
+    """A folder, not a link to one, that we own: another user's look-alike in a shared /tmp is left alone."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 # ---------------------------------------------------------------- isolation: available or refused
@@ -119,7 +184,7 @@ def unavailable() -> str | None:
         return f"it needs Linux namespaces ({sys.platform} has none)"
     if os.uname().machine not in harness.PIVOT_ROOT:
         return f"dlmcode does not know pivot_root's system call number on {os.uname().machine}"
-    with tempfile.TemporaryDirectory(prefix="dlmcode-sandbox-") as home:
+    with scratch() as home:
         try:
             proc, report_r = _spawn(Path(home), "probe", {}, Limits(), audit=False)
         except OSError as err:
@@ -140,16 +205,18 @@ def unavailable() -> str | None:
 class _Pair:
     """The judge and the sample of one run, joined by two pipes; this process keeps the report pipes."""
 
-    def __init__(self, home: Path, program: str, test: str, entry_point: str, limits: Limits, audit: bool):
+    def __init__(self, home: Path, program: str, test: str, entry_point: str, limits: Limits, audit: bool,
+                 group: cgroup.RunGroup | None = None):  # fmt: skip
         calls_r, calls_w = os.pipe()
         answers_r, answers_w = os.pipe()
         names = sorted(free_names(test) | {entry_point})
         judged = {"code": test, "entry": entry_point, "names": names}
         try:
-            self.judge, self.judge_report = _spawn(home, "judge", {"calls": calls_w, "answers": answers_r}, limits, audit, judged)
+            self.judge, self.judge_report = _spawn(home, "judge", {"calls": calls_w, "answers": answers_r}, limits, audit,
+                                                   judged, group)  # fmt: skip
             try:
                 self.sample, self.sample_report = _spawn(home, "sample", {"calls": calls_r, "answers": answers_w}, limits,
-                                                         audit, {"code": program})  # fmt: skip
+                                                         audit, {"code": program}, group)  # fmt: skip
             except BaseException:
                 _kill(self.judge)
                 os.close(self.judge_report)
@@ -172,7 +239,7 @@ class _Pair:
 
 
 def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bool,
-           extra: dict | None = None) -> tuple[subprocess.Popen, int]:  # fmt: skip
+           extra: dict | None = None, group: cgroup.RunGroup | None = None) -> tuple[subprocess.Popen, int]:  # fmt: skip
     """Start one harness process; returns it and the read end of its report pipe."""
     report_r, report_w = os.pipe()
     fds = {**fds, "report": report_w}
@@ -181,7 +248,7 @@ def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bo
     header = {"role": role, "fds": fds, "audit": audit, "python": python_folders(everything=True), "bench": os.getpid(),
               **(extra or {}),
               "limits": {"cpu": limits.cpu, "memory": limits.memory_mb << 20, "fsize": limits.output_mb << 20,
-                         "nproc": limits.processes},
+                         "nproc": nproc(limits, group)},
               "jail": _jail_spec(limits) if limits.isolated else None}  # fmt: skip
     try:
         with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
@@ -192,6 +259,7 @@ def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bo
             )  # fmt: skip
     finally:
         os.close(report_w)
+    _join(proc, report_r, group)
     try:
         proc.stdin.write(marshal.dumps((harness_code(), header)))
         proc.stdin.close()
@@ -200,8 +268,22 @@ def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bo
     return proc, report_r
 
 
+def _join(proc: subprocess.Popen, report_r: int, group: cgroup.RunGroup | None) -> None:
+    """Put a harness process in the run's cgroup while it still waits for its header on stdin:
+    nothing of the run has started yet, and all it starts will be counted there."""
+    if group is None:
+        return
+    try:
+        group.add(proc.pid)
+    except OSError as err:
+        _kill(proc)
+        os.close(report_r)
+        raise SandboxError(f"the test run could not be put in its cgroup ({err.strerror or err})") from None
+
+
 def _jail_spec(limits: Limits) -> dict:
-    return {"uid": harness.NOBODY, "gid": harness.NOBODY, "python": python_folders(), "scratch_mb": limits.scratch_mb}
+    return {"uid": harness.NOBODY, "gid": harness.NOBODY, "python": python_folders(), "scratch_mb": limits.scratch_mb,
+            "hide": package_folders()}
 
 
 def _read_report(fd: int, deadline: float, stop=lambda line: False) -> tuple[list[dict], bool]:
@@ -242,7 +324,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 
-def _outcome(judge: list[dict], sample: list[dict], seconds: float) -> Outcome:
+def _outcome(judge: list[dict], sample: list[dict], seconds: float, oom: bool = False) -> Outcome:
     for line in judge + sample:
         if "error" in line:
             raise SandboxError(f"the sandbox could not start a test run: {line['error']}")
@@ -253,6 +335,8 @@ def _outcome(judge: list[dict], sample: list[dict], seconds: float) -> Outcome:
     if verdict is None and _end(judge) is None:
         return Outcome("timeout", ended, seconds, "stopped at the wall-clock timeout")
     detail = str(verdict.get("detail", "")) if verdict else _why(_end(judge))
+    if oom:  # killed by the kernel (SIGKILL) for the run's memory as a whole: say so rather than "killed"
+        return Outcome("memory", ended, seconds, f"the run passed its memory limit and the kernel killed a process ({detail})")
     return Outcome(_status(detail, ended, _end(judge)), ended, seconds, detail)
 
 
@@ -305,6 +389,18 @@ def python_folders(everything: bool = False) -> list[str]:
     found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(interpreter()))}
     system = tuple(s + "/" for s in harness.SYSTEM)
     return sorted(p for p in found if everything or not (p + "/").startswith(system))
+
+
+PACKAGE_GLOBS = ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib*/python3/dist-packages")
+
+
+@functools.cache
+def package_folders() -> list[str]:
+    """Where third-party packages live in what the jail binds: the installation's site-packages and
+    the system's dist-packages (Debian), hidden inside it so that only the standard library imports."""
+    roots = {*python_folders(everything=True), *(p for p in harness.SYSTEM if os.path.isdir(p)), "/usr/local"}
+    found = {os.path.realpath(f) for root in roots for pattern in PACKAGE_GLOBS for f in glob.glob(os.path.join(root, pattern))}
+    return sorted(f for f in found if os.path.isdir(f))
 
 
 def scrubbed_env(home: Path, isolated: bool) -> dict[str, str]:

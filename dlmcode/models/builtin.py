@@ -11,6 +11,7 @@ Loading does not import transformers: torch, safetensors and tokenizers only (< 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import asdict, dataclass, fields
@@ -199,11 +200,11 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> DlmcodeD
         cfg = BuiltinConfig.from_json(read_config(Path(path)))
     except ValueError as err:
         raise ModelError(f"model folder {where!r}: config.json: {err}") from None
+    weights = Path(path) / "model.safetensors"
+    check_shapes(where, cfg, read_shapes(weights))  # before anything is allocated: config.json alone could ask for terabytes
     with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global generator: give it back untouched
         model = DlmcodeDiffusionLM(cfg, init_weights=False)  # not on "meta": that imports torch._refs (seconds)
-    state = read_weights(Path(path) / "model.safetensors")
-    check_shapes(where, model, state)
-    model.load_state_dict(state)
+    model.load_state_dict(read_weights(weights))
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -213,23 +214,61 @@ def read_weights(file: Path) -> dict[str, Tensor]:
     try:
         return load_file(str(file))
     except Exception as err:  # SafetensorError (a truncated or corrupt file), OSError
-        raise ModelError(f"model folder {str(file.parent)!r}: {file.name} cannot be read, it is truncated or corrupt ({first_line(err)})") from None
+        raise unreadable(file, err) from None
 
 
-def check_shapes(where: str, model: nn.Module, state: dict[str, Tensor]) -> None:
-    """Refuse weights that are not the ones config.json describes: name the first tensor that differs."""
-    expected = model.state_dict()
-    missing, extra = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
-    if missing:
-        raise ModelError(f"model folder {where!r}: model.safetensors lacks {missing[0]!r} ({len(missing)} tensor(s) config.json implies are missing)")
-    if extra:
-        raise ModelError(f"model folder {where!r}: model.safetensors has {extra[0]!r}, a tensor the model config.json describes does not have")
-    for name, tensor in expected.items():
-        if tuple(state[name].shape) != tuple(tensor.shape):
-            raise ModelError(
-                f"model folder {where!r}: model.safetensors does not match config.json: {name} is "
-                f"{tuple(state[name].shape)} in the weights, {tuple(tensor.shape)} by config.json"
-            )
+def read_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape from the file's header: nothing is loaded."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except Exception as err:  # SafetensorError (a truncated or corrupt file), OSError
+        raise unreadable(file, err) from None
+
+
+def unreadable(file: Path, err: Exception) -> ModelError:
+    return ModelError(f"model folder {str(file.parent)!r}: {file.name} cannot be read, it is truncated or corrupt ({first_line(err)})")
+
+
+def layout(cfg: BuiltinConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """The shapes config.json implies: the model's own tensors, and each block's (under blocks.N.).
+    DlmcodeDiffusionLM's state_dict has this layout; a test holds them together."""
+    d, hidden = cfg.dim, cfg.ffn_mult * cfg.dim
+    top = {"embed.weight": (cfg.vocab_size, d), "norm.weight": (d,)}
+    block = {"norm1.weight": (d,), "attn.qkv.weight": (3 * d, d), "attn.out.weight": (d, d), "norm2.weight": (d,),
+             "up.weight": (hidden, d), "down.weight": (d, hidden)}  # fmt: skip
+    return top, block
+
+
+def expected_shape(cfg: BuiltinConfig, name: str) -> tuple[int, ...] | None:
+    """The shape config.json implies for tensor `name`; None when the model has no such tensor."""
+    top, block = layout(cfg)
+    head, _, rest = name.partition(".")
+    index, _, rest = rest.partition(".")
+    if head == "blocks" and index.isdigit() and str(int(index)) == index and int(index) < cfg.n_layers:
+        return block.get(rest)
+    return top.get(name)
+
+
+def check_shapes(where: str, cfg: BuiltinConfig, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Refuse weights that are not the ones config.json describes: name the first tensor that differs.
+    The work is bounded by the file's tensors, whatever n_layers config.json claims."""
+    for name, shape in sorted(shapes.items(), key=lambda item: (item[0].startswith("blocks."), item[0])):  # embed first
+        wanted = expected_shape(cfg, name)
+        if wanted is None:
+            raise ModelError(f"model folder {where!r}: model.safetensors has {name!r}, a tensor the model config.json describes does not have")
+        if shape != wanted:
+            raise ModelError(f"model folder {where!r}: model.safetensors does not match config.json: {name} is "
+                             f"{shape} in the weights, {wanted} by config.json")  # fmt: skip
+    top, block = layout(cfg)
+    needed = len(top) + len(block) * cfg.n_layers
+    if len(shapes) < needed:  # every name is known and unique, so some are missing: the first is among the first len+1
+        names = itertools.chain(top, (f"blocks.{i}.{rest}" for i in range(cfg.n_layers) for rest in block))  # lazy
+        missing = next(name for name in names if name not in shapes)
+        raise ModelError(f"model folder {where!r}: model.safetensors lacks {missing!r} ({needed - len(shapes)} tensor(s) "
+                         f"config.json implies are missing; it says n_layers {cfg.n_layers})")  # fmt: skip
 
 
 def make_predict(model: DlmcodeDiffusionLM):

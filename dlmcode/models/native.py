@@ -114,6 +114,28 @@ def shard_files(path: Path) -> list[Path]:
     raise NotNative("no safetensors weights (native loading reads model.safetensors or its index)")
 
 
+def check_layers(path: Path, n_layers: int, key: str) -> None:
+    """Refuse a config.json whose layer count (`key`) is not the weights': read from the headers before the
+    model is built, since even on the meta device a million layers cost gigabytes of Python modules."""
+    from safetensors import safe_open
+
+    found = set()
+    for file in shard_files(path):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                found.update(layer_index(name) for name in f.keys())
+        except Exception as err:  # SafetensorError (a truncated or corrupt file), OSError
+            raise ModelError(f"model folder {path}: {file.name} cannot be read, it is truncated or corrupt ({type(err).__name__})") from None
+    found.discard(None)
+    if n_layers != len(found):
+        raise ModelError(f"model folder {path}: config.json says {key} {n_layers}, the weights hold {len(found)} layers")
+
+
+def layer_index(name: str) -> int | None:
+    """The layer a tensor belongs to: its name's first number (model.layers.3.mlp..., model.transformer.blocks.3...)."""
+    return next((int(part) for part in name.split(".") if part.isdigit()), None)
+
+
 def read_state(path: Path, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
     """Every tensor of the folder's shards, on `device` in `dtype`."""
     from safetensors import safe_open

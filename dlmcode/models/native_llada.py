@@ -157,6 +157,7 @@ def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtyp
     """The checkpoint in `path` on `device` in `dtype`; NotNative when it is not the published layout."""
     cfg = LladaConfig.from_json(config)
     native.shard_files(path)  # NotNative before anything is allocated when the folder has no safetensors
+    native.check_layers(path, cfg.n_layers, "n_layers")
     with torch.device("meta"):
         model = LladaLM(cfg)
     return native.load_weights(model, native.read_state(path, device, dtype), path)

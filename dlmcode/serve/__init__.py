@@ -10,8 +10,11 @@ per protocol, and app (the Starlette routes).
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import sys
+import threading
 
 from ..errors import DlmcodeError
 from ..models.base import Dlm
@@ -21,6 +24,8 @@ from .engine import Engine
 __all__ = ["LOCAL", "Engine", "default_lang", "make_app", "run", "warning"]
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE = 2  # seconds open connections get to receive their answers once a stop is asked for
 
 
 def default_lang(dlm: Dlm) -> str | None:
@@ -35,13 +40,14 @@ def warning(host: str, api_key: str | None) -> str | None:
     return f"dlmcode: warning: serving on {host} without --api-key: anyone who can reach this port can use it"
 
 
-def run(engine: Engine, host: str, port: int, api_key: str | None) -> None:
-    """Serve until Ctrl-C (uvicorn stops cleanly on SIGINT/SIGTERM)."""
+def run(engine: Engine, host: str, port: int, api_key: str | None) -> int | None:
+    """Serve until SIGINT (Ctrl-C) or SIGTERM; returns the signal that stopped it (None: it stopped by itself)."""
     import uvicorn
 
-    config = uvicorn.Config(make_app(engine, api_key), host=host, port=port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    app = make_app(engine, api_key)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=GRACE)
+    server = stopping(uvicorn.Server)(config, app.state.server.queue)
     sock = listen(host, port)
     note = warning(host, api_key)
     if note:
@@ -50,8 +56,38 @@ def run(engine: Engine, host: str, port: int, api_key: str | None) -> None:
     print(f"dlmcode: serving {engine.name} ({engine.decoder}) at http://{shown}:{port} "
           "(llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate); Ctrl-C stops", file=sys.stderr, flush=True)
     server.run(sockets=[sock])
-    if server.should_exit:  # stopped by SIGINT/SIGTERM: uvicorn re-raises the signal, but through asyncio's
-        raise KeyboardInterrupt  # own SIGINT handler that can come back as a plain return (exit 0, seen once in CI)
+    return server.stopped_by
+
+
+def stopping(base: type) -> type:
+    """uvicorn's Server, changed in two ways: a signal is not raised again once the server has
+    stopped (uvicorn does, so SIGTERM killed the process with no word, and SIGINT came back
+    through asyncio's handler, once as a plain return), and it cancels the decodes at once, so
+    that a long decode does not hold the shutdown for its GRACE seconds."""
+
+    class Stopping(base):
+        def __init__(self, config, queue) -> None:
+            super().__init__(config)
+            self.queue, self.stopped_by = queue, None
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield  # only the main thread may take signals (tests run servers in threads)
+                return
+            before = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+
+        def handle_exit(self, sig, frame) -> None:
+            self.stopped_by = self.stopped_by or sig
+            self.queue.stop()  # thread-safe: it only sets Events
+            super().handle_exit(sig, frame)  # a second Ctrl-C forces the exit, as in uvicorn
+
+    return Stopping
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -7,8 +7,10 @@ same); a known field of the wrong type is refused rather than guessed at.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +31,7 @@ async def read_json(request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
         data += chunk
         if len(data) > limit:
             raise BadRequest(f"the body is more than the server takes ({limit} bytes)", 413)
-    return parse(bytes(data))
+    return await asyncio.to_thread(parse, bytes(data))  # megabytes of JSON: the event loop keeps answering meanwhile
 
 
 def parse(data: bytes) -> dict[str, Any]:
@@ -45,7 +47,30 @@ def parse(data: bytes) -> dict[str, Any]:
         raise BadRequest(f"the body is not valid JSON: {one_line(err)}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"the body must be a JSON object, not {kind(value)}")
+    if SURROGATE_ESCAPE.search(data):  # the only way a surrogate gets into valid UTF-8 JSON: skip the walk without one
+        no_lone_surrogates(value)
     return value
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def no_lone_surrogates(document: dict[str, Any]) -> None:
+    """Refuse text that is not Unicode: JSON's "\\ud800" escape decodes to a lone surrogate,
+    which no tokenizer, encoder or file takes. Checked once here, over every string and key of
+    the document, so that no field of any protocol is forgotten. Iterative: the nesting json
+    allows would overflow a recursive walk."""
+    stack = [(key, item) for key, value in document.items() for item in (key, value)]
+    while stack:
+        field, item = stack.pop()
+        if isinstance(item, dict):
+            stack += [(field, x) for pair in item.items() for x in pair]
+        elif isinstance(item, list):
+            stack += [(field, x) for x in item]
+        elif isinstance(item, str) and not item.isascii() and (bad := SURROGATE.search(item)):
+            name = "a key" if SURROGATE.search(field) else field  # never echo the bad text itself: no answer could carry it
+            raise BadRequest(f"{name} holds a lone surrogate ({bad.group()!a}): send valid Unicode text")
 
 
 def _no_constant(name: str) -> Any:

@@ -20,7 +20,7 @@ from ..canvas import last
 from ..decoders.base import Decoder
 from ..errors import DlmcodeError, UsageError
 from ..models.base import Dlm
-from . import length, steps
+from . import length, steps, trim
 
 
 class BadRequest(Exception):
@@ -124,6 +124,7 @@ class Engine:
         if self.warmup(req):
             return self.empty(decoder)
         start = time.perf_counter()
+        req, trimmed = trim.trim(req, self.dlm.context)  # before any tokenizing: a request's cost is bounded
         n = length.holes(req.ceiling, self.dlm)
         ends = length.end_ids(self.dlm)
         try:
@@ -138,9 +139,9 @@ class Engine:
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())
         final = last(steps.bounded(job.steps(), remember, bounds))
-        return self.finish(req, job, final, bounds, start)
+        return self.finish(req, job, final, bounds, start, trimmed)
 
-    def finish(self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float) -> Answer:
+    def finish(self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float, trimmed: bool) -> Answer:
         region = job.plan.positions[0]
         canvas = final.canvas if final else job.plan.canvas
         ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
@@ -153,7 +154,8 @@ class Engine:
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang)
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
-        truncated = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)  # code cut to fit the context
+        windowed = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
+        truncated = trimmed or windowed  # code (not input_extra) cut to fit the context
         return Answer(kept.text, reason, len(region), len(ids), final.calls if final else 0,
                       len(canvas.tokens) - len(region), time.perf_counter() - start, decoders.name_of(job.decoder),
                       decoders.settings_of(job.decoder), kept.breakage.to_dict() if kept.breakage else None, truncated)

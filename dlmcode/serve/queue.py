@@ -36,12 +36,14 @@ class Queue:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlmcode-decode")  # its work queue is FIFO
         self.waiting = 0  # requests queued or decoding
         self.counters = Counters()
+        self.cancels: set[threading.Event] = set()  # one per request queued or decoding: `stop` sets them all
 
     async def answer(self, req: Fill, gone: Callable[[], Awaitable[bool]] | None = None) -> Answer:
         """Decode `req` in turn; Cancelled when `gone()` says the client left before its answer."""
         cancel = threading.Event()
         future = asyncio.get_running_loop().run_in_executor(self.pool, self.work, req, cancel)
         self.waiting += 1
+        self.cancels.add(cancel)
         try:
             while True:
                 done, _ = await asyncio.wait({future}, timeout=POLL)
@@ -60,11 +62,18 @@ class Queue:
             raise
         finally:
             self.waiting -= 1
+            self.cancels.discard(cancel)
 
     def work(self, req: Fill, cancel: threading.Event) -> Answer:
         if cancel.is_set():  # the client left while this request waited: skip it
             raise Cancelled
         return self.engine.run(req, cancel)
 
+    def stop(self) -> None:
+        """The server is stopping: every request still queued is dropped, the one decoding ends after its step."""
+        for cancel in list(self.cancels):
+            cancel.set()
+
     def close(self) -> None:
+        self.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
