@@ -366,12 +366,51 @@ ANY_BODIES = (Filler("x", "x", ""), Filler("", "x", "", least=1), Filler("0", " 
 
 def bodies(lang: str, before: str, after: str) -> list[Filler]:
     """The language's do-nothing code that stretches to any length: statements first, then expressions."""
-    if lang == "python":
-        at = indents(before, after)
-        out = [Filler(i + "pass", " ", "") for i in at] + [Filler(i + "pass  #", "x", "") for i in at]
-        out += [Filler(i + "if x:  #", "x", "") for i in at]  # a block that the lines below indent under
-        return out + list(ANY_BODIES)
-    return (list(C_BODIES) if lang in C_LIKE else []) + list(ANY_BODIES)
+    if lang != "python":
+        return (list(C_BODIES) if lang in C_LIKE else []) + list(ANY_BODIES)
+    at = indents(before, after)
+    # a hole that ends where code goes on (a benchmark middle ends with its line break): its statements end the line
+    end = "\n" if at and after[:1] not in ("", "\n", "\r") else ""
+    out = [Filler(i + "pass", " ", end) for i in at] + [Filler(i + "pass  #", "x", end) for i in at]
+    line = next((line for line in after.split("\n") if line.strip()), "")
+    below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
+    _, opens = balance(before, after)
+    for i in at:  # blocks that the lines below indent under, as many levels deep as they are
+        chain = openers_chain(i, below)
+        out += [Filler(chain, " ", end), Filler(chain + "  #", "x", end)]
+        if word in CONTINUATIONS:  # `elif`/`else`/`except` below: a block of its own kind, with a body, at its level
+            body = openers_chain(i, below + "    ", "try:" if word in ("except", "finally") else "if x:")
+            out.append(Filler(body + "\n" + below + "    pass", " ", end))
+        if opens:  # the lines below close brackets: open them in a statement (or a block's head)
+            out += [Filler(i + "x = " + opens, " ", end), Filler(i + "if x" + opens, " ", end)]
+    if opens_block(before, after):  # the hole ends a line whose next one is deeper: it ends with a colon
+        close, _ = balance(before, after)
+        out += [Filler("", "x", close + ":"), Filler("x", " ", close + ":"), Filler("", "x", open_literal(before, lang) + close + ":")]
+    return out + list(ANY_BODIES)
+
+
+def opens_block(before: str, after: str) -> bool:
+    """Whether the line the hole ends starts a block: the hole's line has code, the next line is deeper."""
+    line = before[before.rfind("\n") + 1 :]
+    if not line.strip() or not after.startswith("\n"):
+        return False
+    below = next((x for x in after.split("\n")[1:] if x.strip()), "")
+    return len(_lead(below)) > len(_lead(line))
+
+
+CONTINUATIONS = ("elif", "else", "except", "finally")
+
+
+def openers_chain(indent: str, below: str, last: str = "if x:") -> str:
+    """`if x:` at `indent`, nested as many levels as `below` is deeper (at least one); the deepest is `last`."""
+    deeper = below[len(indent) :] if below.startswith(indent) and len(below) > len(indent) else "    "
+    step = "\t" if deeper.startswith("\t") else "    "
+    levels = max(1, len(deeper) // len(step))
+    return "\n".join(indent + step * n + ("if x:" if n < levels - 1 else last) for n in range(levels))
+
+
+def _lead(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
 
 
 def indents(before: str, after: str) -> list[str]:
@@ -380,11 +419,10 @@ def indents(before: str, after: str) -> list[str]:
     line = before[before.rfind("\n") + 1 :]
     if line:
         return [""] if not line.strip() else []
-    above = next((l for l in reversed(before.split("\n")) if l.strip()), "")
-    below = next((l for l in after.split("\n") if l.strip()), "")
-    lead = lambda s: s[: len(s) - len(s.lstrip())]  # noqa: E731
-    out = [lead(above) + "    "] if above.rstrip().endswith(":") else []
-    out += [lead(above), lead(below), ""]
+    above = next((line for line in reversed(before.split("\n")) if line.strip()), "")
+    below = next((line for line in after.split("\n") if line.strip()), "")
+    out = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
+    out += [_lead(above), _lead(below), ""]
     return list(dict.fromkeys(out))
 
 

@@ -165,8 +165,8 @@ def test_metrics_are_exact_on_hand_made_samples():
     ]
     row = metrics.tally(found)
     assert row == {"n": 4, "errors": 1, "pass_at_1": 0.5, "exact_match": 0.25, "syntax_valid": 0.5, "breakage_rate": 0.5,
-                   "trivial": 0.5, "tpf": round(16 / 12, 4), "calls": 4.0, "reopened": 5, "tokens_per_s": 7.5,
-                   "seconds": round(2 / 3, 4)}  # fmt: skip
+                   "trivial": 0.5, "tpf": round(16 / 12, 4), "calls": 4.0, "reopened": 5, "unguarded": 0, "guard_share": 0.0,
+                   "tokens_per_s": 7.5, "seconds": round(2 / 3, 4)}  # fmt: skip
     assert metrics.tally([sample()])["pass_at_1"] is None and metrics.tally([])["tpf"] is None
     assert metrics.exact_match("  return a + b\n", "return a + b") and not metrics.exact_match("a+b", "a + b")
 
@@ -357,3 +357,14 @@ def test_the_table_counts_reopened_tokens_only_when_a_decoder_took_some_back():
     assert "reopen" not in plain and "trivial" in plain and "50.0%" in plain
     taken = drawn(("wino", row | {"reopened": 17}), ("threshold", row))
     assert "reopen" in taken and " 17 " in taken
+
+
+def test_guard_columns_count_unguarded_samples_and_the_guard_s_share_of_time():
+    base = dict(task="t", decoder="d", settings={"guard": True}, seed=0, output="x", passed=None, exact=None,
+                breakage={"broken": False}, calls=2, filled=2, tokens=2, tpf=1.0)  # fmt: skip
+    found = [Sample(**base, seconds=1.0, guarded=True, guard_seconds=0.25),
+             Sample(**base, seconds=3.0, guarded=False),
+             Sample(**(base | {"settings": {}}), seconds=4.0)]  # fmt: skip
+    row = metrics.tally(found)
+    assert row["unguarded"] == 1
+    assert row["guard_share"] == round(0.25 / 8.0, 4)

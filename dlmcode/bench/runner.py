@@ -71,7 +71,9 @@ class Config:
 
     @property
     def label(self) -> str:
-        return " ".join([self.name, *(f"{k}={v}" for k, v in self.sweep.items())])
+        """The row's name: the decoder, its swept values, and `(guarded)` when the guard is on but not swept."""
+        marked = ["(guarded)"] if getattr(self.decoder, "guard", False) and "guard" not in self.sweep else []
+        return " ".join([self.name, *(f"{k}={v}" for k, v in self.sweep.items()), *marked])
 
     def key(self) -> tuple[str, str]:
         return self.name, json.dumps(self.settings, sort_keys=True)
