@@ -7,7 +7,7 @@ process, so it sets torch's threads once, before loading a model; the library ne
 
 DLMCODE_THREADS=N sets the count; OMP_NUM_THREADS (which torch reads itself) is respected
 when set; otherwise the cores the last minute's load average leaves free, at least 1 and at
-most torch's own default. Measured on 2 shared cores (README "Threads"): torch's 2 threads
+most torch's own default. Measured on 2 shared cores (docs/usage.md, "Threads"): torch's 2 threads
 took 11.2 s (other jobs running) and 46.8 s (2 busy loops added) for an infill that 1 thread
 did in 1.7 s and 6.3 s. Running one thread short of free cores costs far less than
 oversubscribing them, so the load is rounded up.

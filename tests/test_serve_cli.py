@@ -64,7 +64,7 @@ def test_serve_prints_its_address_serves_and_stops_on_ctrl_c():
 
 
 def test_serve_defaults_are_the_measured_ones(monkeypatch):
-    """block=8 and the dual cache (README: as good as the prefix cache on both suites, twice as fast)."""
+    """block=8 and the dual cache (docs/serve.md: as good as the prefix cache on both suites, twice as fast)."""
     import dlmcode.serve as server
 
     seen = {}
