@@ -13,6 +13,7 @@ costs a tenth of a second, not a model load.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -587,12 +588,13 @@ def bench(
 
 @app.command(cls=Command)
 def speed(
-    lengths: Annotated[str, typer.Option(help="prompt lengths in tokens, comma-separated")] = "128,512,2048",
-    gen: Annotated[int, typer.Option(help="holes decoded after each prompt")] = 64,
+    lengths: Annotated[str | None, typer.Option(help="prompt lengths in tokens, comma-separated [default: 128,512,2048; --quick: 128]")] = None,
+    gen: Annotated[int | None, typer.Option(help="holes decoded after each prompt [default: 64; --quick: 32]")] = None,
     block: Annotated[int, typer.Option(help="holes a decoder chooses from per call: its `block`; codila keeps B = 4 and gets a window of block // 4 blocks")] = 32,
-    cache: Annotated[str, typer.Option(help="cache modes timed besides none, comma-separated")] = "prefix,dual",
+    cache: Annotated[str | None, typer.Option(help="cache modes timed besides none, comma-separated [default: prefix,dual; --quick: prefix]")] = None,
     repeats: Annotated[int, typer.Option(help="decodes per row; the fastest counts")] = 1,
-    decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder]")] = None,
+    decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder; --quick: threshold, factor, mean-field]")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="a small grid for a first look (seconds, not minutes): a 128-token prompt, 32 holes, no cache and prefix, low-confidence and three decoders; flags you give win")] = False,
     guard: Annotated[bool, typer.Option("--guard", help="time every decoder guarded (-o guard=true); the guard's ms per call is a column")] = False,
     model: Model = None,
     shape: Annotated[str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")] = None,
@@ -606,22 +608,15 @@ def speed(
     """Time each decoder with and without a KV cache: ms per call, decoder overhead, calls, TPF, tokens/s, vs low-confidence."""
     with reported():
         with starting(quiet):
-            from . import view
+            from . import cpu, view
             from .bench import speed as timing
-        modes = tuple(m.strip() for m in cache.split(",") if m.strip())
-        cfg = timing.SpeedConfig(timing.parse_lengths(lengths), gen, block, modes, tuple(decoder or ()), repeats=repeats, guard=guard)
+        cfg = dataclasses.replace(timing.grid(lengths, gen, block, cache, decoder or [], repeats, quick), guard=guard)
         con = view.console(quiet)
+        cpu.configure_threads()  # as for every command: torch's one-per-core default ran several times slower on a busy machine
         with con.status("loading model…"):
             model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
             dlm, note = timing.load(model_run, shape)
-        rows = []
-        with con.status("speed: warming up…") as status:
-            for item in timing.stream(dlm, cfg):
-                if isinstance(item, str):
-                    con.print(item, soft_wrap=True)
-                    continue
-                rows.append(item)
-                status.update(f"speed: {item.prompt}-token prompt · {item.decoder} · cache {item.cache} done")
+        rows = view.follow_speed(timing.stream(dlm, cfg), con)
         for line in filter(None, [note]):
             con.print(line, soft_wrap=True)
         table = timing.table(rows, f"speed · {dlm.name} · {dlm.device} · x = ratio to {timing.BASELINE} without cache")

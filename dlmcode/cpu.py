@@ -11,7 +11,7 @@ and 100000 made torch fail to start threads and then crash; an error rather than
 clamp, since every other bad setting is refused and the number asked for is the number run);
 OMP_NUM_THREADS (which torch reads itself) is respected
 when set; otherwise the cores the last minute's load average leaves free, at least 1 and at
-most torch's own default. Measured on 2 shared cores (README "Threads"): torch's 2 threads
+most torch's own default. Measured on 2 shared cores (docs/usage.md, "Threads"): torch's 2 threads
 took 11.2 s (other jobs running) and 46.8 s (2 busy loops added) for an infill that 1 thread
 did in 1.7 s and 6.3 s. Running one thread short of free cores costs far less than
 oversubscribing them, so the load is rounded up.

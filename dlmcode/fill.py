@@ -188,7 +188,7 @@ class Job:
         return spans.reference(self.plan, self.originals)
 
     def breakage(self, filled: spans.Filled, text: str) -> syntax.Breakage | None:
-        """The syntax errors of `text` that the user's code did not have, one rule for every mode (README)."""
+        """The syntax errors of `text` that the user's code did not have, one rule for every mode (docs/usage.md)."""
         if self.lang is None:
             return None
         if self.finish:  # the whole reply is the model's: one hole, in an empty text

@@ -34,7 +34,7 @@ TREE_SITTER_KINDS = tuple(k for k, pool in syntax.POOL_OF_KIND.items() if pool =
 EDITED = "edited"  # pairing key of every line inside the edited run of lines
 # Re-parse from the previous tree (tree.edit + parse(new, old)) from this size up; below it a fresh
 # parse is faster. Measured, median of 60 drafts with 1-6 changed tokens, on 2 busy cores:
-# 586 B 0.35 ms incremental vs 0.32 fresh; 1546 B 0.44 vs 0.51; 5405 B 0.45 vs 0.80 (README).
+# 586 B 0.35 ms incremental vs 0.32 fresh; 1546 B 0.44 vs 0.51; 5405 B 0.45 vs 0.80 (docs/decoders.md).
 INCREMENTAL_FROM = 1024  # bytes
 
 

@@ -475,7 +475,7 @@ def breakage(
     last_line), 1-based inclusive lines of `after`, overrides the filled lines that decide
     where the first error is reported (`touches_span`; no span and no holes: False).
 
-    The rule (README, "breakage"), per checker (tree-sitter; Python's compile()):
+    The rule (docs/usage.md, "breakage"), per checker (tree-sitter; Python's compile()):
     - The user's errors are the problems of `before` that do not start in a hole's reach: the
       lines of its user text, and for an empty hole (a marker, a continuation) also the
       nearest non-blank line above and below it, since the code around an empty hole is

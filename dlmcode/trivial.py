@@ -4,7 +4,7 @@ A fill is trivial when, parsed on its own with the language's tree-sitter gramma
 in it is a comment or one of the language's do-nothing tokens below; whitespace and an empty
 fill are trivial too. A pure function of text and language, like `syntax`.
 
-Per language (our choice; README's bench section shows this table):
+Per language (our choice; docs/benchmarks.md shows this table):
 
 | language | trivial besides whitespace and comments | not trivial (they do or say something) |
 |---|---|---|

@@ -7,6 +7,8 @@ never written here.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -119,6 +121,26 @@ def breakage_text(result: Result) -> str:
     lines = ", ".join(str(x) if x == y else f"{x}-{y}" for x, y in result.fill_lines)
     filled = f"the filled lines {lines}" if lines else "the filled lines"
     return f"breakage: {b.new_errors} new syntax error(s), first at line {b.first_line} ({where} {filled})"
+
+
+def follow_speed(items: Iterator[Any], out: Console) -> list[Any]:
+    """Draw `dlmcode speed`'s stream and return its rows: a note (str) is printed; a progress event
+    (bench.speed.Next) replaces the spinner's line on a terminal, and elsewhere is a plain line of
+    its own, so a log shows which item of how many a long run has reached."""
+    from .bench.speed import Next
+
+    rows: list[Any] = []
+    with out.status("speed: warming up…") if out.is_terminal else nullcontext() as status:
+        for item in items:
+            if isinstance(item, str):
+                out.print(item, soft_wrap=True)
+            elif isinstance(item, Next) and status is not None:
+                status.update(f"{item}…")
+            elif isinstance(item, Next):
+                out.print(str(item), soft_wrap=True)
+            else:
+                rows.append(item)
+    return rows
 
 
 def follow_training(records: Iterator[dict], out: Console) -> dict:

@@ -310,6 +310,55 @@ def test_cli_cache_flag_and_speed_command(tiny_dlm, tmp_path):
         ("low-confidence", "none"), ("low-confidence", "dual"), ("threshold", "none"), ("threshold", "dual")]
 
 
+def test_speed_says_which_item_of_how_many_it_is_timing_one_line_each_without_a_terminal(tiny_dlm):
+    from typer.testing import CliRunner
+
+    from dlmcode.cli import app
+
+    out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "8,12", "--gen", "4",
+                                   "--block", "2", "-d", "threshold", "--cache", "dual"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    said = [line for line in out.stderr.splitlines() if line.startswith("speed ") and line[6].isdigit()]
+    assert said[0] == "speed 1/8: 8-token prompt · low-confidence · cache none"
+    assert said[-1] == "speed 8/8: 12-token prompt · threshold · cache dual" and len(said) == 8
+
+
+def test_speed_quick_is_a_small_grid_and_flags_given_still_win(tiny_dlm):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dlmcode.bench import speed
+    from dlmcode.cli import app
+
+    out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--quick", "--lengths", "8",
+                                   "--gen", "4", "--block", "2", "--json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert [(r["prompt"], r["decoder"], r["cache"]) for r in doc["rows"]] == [
+        (8, name, cache) for name in ("low-confidence", "threshold", "factor", "mean-field") for cache in ("none", "prefix")]
+    assert doc["settings"]["gen"] == 4 and speed.grid(None, None, 32, None, [], 1, True).gen == 32
+
+
+def test_speed_sets_threads_as_every_command_does(tiny_dlm, monkeypatch):
+    # speed loaded its model without the CLI's thread rule, so on a busy 2-core machine it ran on
+    # torch's one thread per core, several times slower than the other commands.
+    import json
+
+    from typer.testing import CliRunner
+
+    from dlmcode.cli import app
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("DLMCODE_THREADS", str(before + 1))
+    try:
+        out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "8", "--gen", "4",
+                                       "-d", "low-confidence", "--cache", "none", "--json"])  # fmt: skip
+        assert json.loads(out.stdout)["threads"] == before + 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_speed_stand_ins_leave_the_global_rng_alone_and_are_seeded():
     from dlmcode.bench import standins
 

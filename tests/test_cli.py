@@ -184,6 +184,14 @@ def test_decoders_lists_every_decoder():
     assert all(f"{name}:" in text for name in DECODERS)
 
 
+def test_decoders_speaks_to_users_not_to_the_team():
+    # The listing once carried the team's notes ("S6's reading, UNVERIFIED", "paper default
+    # UNVERIFIED"); where a value comes from is for the code's comments and docs/, not the user.
+    text = run("decoders").stdout
+    for note in ("UNVERIFIED", "S6", "JSD", "Soft-NMS", "marginals"):
+        assert note not in text, note
+
+
 @pytest.mark.parametrize(
     "args, code, says",
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 
 import pytest
@@ -94,3 +95,18 @@ def test_compare_temperature_rule():
     assert temperature == 1.0 and "temperature 1.0" in note
     with pytest.raises(UsageError):
         runner.compare_temperature(2, 0.0)
+
+
+def test_the_live_table_keeps_its_columns_from_the_first_frame(model, source, monkeypatch):
+    # On a terminal the table is redrawn as samples arrive; a column that appeared mid-run (reopen,
+    # once wino took a token back) made every later frame wider than the first.
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # Rich: draw live, as on a terminal
+    monkeypatch.setenv("COLUMNS", "120")
+    result = run(source, "--span", "2", "-m", model, "-d", "threshold", "-d", "wino", "-o", "tau_wide=0.0",
+                 "-o", "tau_narrow=1.0", "-n", "3")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stderr)  # drop cursor moves and colours
+    headers = [line for line in plain.splitlines() if "setting" in line and "breakage" in line]
+    tops = {len(line.rstrip()) for line in plain.splitlines() if line.lstrip().startswith("┏")}
+    assert len(headers) >= 2 and all("reopen" in h for h in headers)  # the first frame (nothing done yet) too
+    assert len(tops) == 2  # one width while live (with the progress bars), one for the final table

@@ -150,7 +150,7 @@ def test_health_answers_while_a_huge_request_is_in_flight():
 
 
 def test_serve_defaults_are_the_measured_ones(monkeypatch):
-    """block=8 and the dual cache (README: as good as the prefix cache on both suites, twice as fast)."""
+    """block=8 and the dual cache (docs/serve.md: as good as the prefix cache on both suites, twice as fast)."""
     import dlmcode.serve as server
 
     seen = {}

@@ -199,7 +199,7 @@ def test_old_python_error_moved_up_by_the_fill_is_not_new():
 
 def test_refill_of_a_broken_line_that_stays_broken_is_broken():
     # The fill's lines are the model's text: an error there is new even where the user's
-    # original lines had one (README, breakage).
+    # original lines had one (docs/usage.md, breakage).
     before = "x = 1\ny = [1, 2\nz = 3\n"
     assert breakage(before, replace_line(before, 2, "y = [3, 4"), "python", (2, 2)) == Breakage(1, 2, True)
 

@@ -2,7 +2,7 @@
 
 Each row: a progress bar, pass@1 (where tests run), exact match against the original
 middle, the running breakage rate, the trivial-fill rate (dlmcode/trivial.py), TPF, calls,
-tokens reopened (only when a remasking decoder took some back) and completion tokens per second. Only
+tokens reopened (by a remasking decoder) and completion tokens per second. Only
 draws; it animates only when stderr is a terminal (elsewhere a progress line a minute), and the
 final table is the same table without the progress bars.
 """
@@ -22,6 +22,7 @@ from .metrics import Sample, Tally
 from .runner import Config
 
 BAR_WIDTH = 12
+WIDTHS = {"pass@1": 6, "exact": 6, "breakage": 8, "trivial": 7, "TPF": 5, "calls": 5, "reopen": 6, "tok/s": 6}  # "100.0%", "12.50", "123.4", "1234.5"
 LOG_SECONDS = 60.0  # without a terminal, one progress line this often
 
 
@@ -84,18 +85,24 @@ def summary_table(summary: dict, title: str) -> Table:
 
 
 def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool, bar: bool = False) -> Table:
-    """One row per setting: its label and summary row (metrics.Tally.row); a progress bar while live."""
+    """One row per setting: its label and summary row (metrics.Tally.row); a progress bar while live.
+
+    The columns are fixed before the first sample, so the live table never jumps wider: `reopen` is
+    always there (0 for a decoder that took nothing back), and every column is as wide as its
+    widest usual value from the first frame (WIDTHS)."""
     rates = ["pass@1"] * show_pass + ["exact", "breakage", "trivial"]
-    grid = Table(title=title, title_justify="left", header_style="bold", collapse_padding=True, pad_edge=False)  # fits 80 columns
+    grid = Table(title=title, title_justify="left", header_style="bold", collapse_padding=True, pad_edge=False)
     grid.add_column("setting", no_wrap=True, min_width=max((len(label) for label, _ in lines), default=7))
-    taken = any(row.get("reopened") for _, row in lines)  # a remasking decoder took tokens back: say how many
-    for name in ["progress"] * bar + ["done", *rates, "TPF", "calls"] + ["reopen"] * taken + ["tok/s"]:
-        grid.add_column(name, justify="left" if name == "progress" else "right")
+    if bar:
+        grid.add_column("progress", justify="left", min_width=BAR_WIDTH)
+    grid.add_column("done", justify="right", min_width=2 * len(str(total)) + 1)
+    for name in [*rates, "TPF", "calls", "reopen", "tok/s"]:
+        grid.add_column(name, justify="right", min_width=WIDTHS.get(name, len(name)))
     for label, row in lines:
         values = [row["pass_at_1"]] * show_pass + [row["exact_match"], row["breakage_rate"], row.get("trivial")]
         progress = [ProgressBar(total=total, completed=row["n"], width=BAR_WIDTH)] * bar
         grid.add_row(label, *progress, f"{row['n']}/{total}", *map(_percent, values), _number(row["tpf"], 2),
-                     _number(row["calls"], 1), *[str(row.get("reopened", 0))] * taken, _number(row["tokens_per_s"], 1))
+                     _number(row["calls"], 1), str(row.get("reopened", 0)), _number(row["tokens_per_s"], 1))
     return grid
 
 

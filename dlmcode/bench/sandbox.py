@@ -6,7 +6,7 @@ sample's functions over pipes and get back plain data only. The sample passes on
 the judge reports that check() returned, on a pipe that only the judge and this process
 hold. An exit status, anything printed, or an object with a rigged __eq__ counts for nothing.
 
-Isolation (the rules; README's "Sandbox" paragraph says the same to users): each process
+Isolation (the rules; docs/benchmarks.md, "The sandbox", says the same to users): each process
 jails itself before any untrusted code runs, in Linux namespaces set up through ctypes
 (user, mount, network, PID, IPC, UTS, cgroup): nobody (65534) when dlmcode runs as root;
 no network; a read-only root holding only the system folders and the Python installation,

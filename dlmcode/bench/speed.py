@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -68,6 +68,31 @@ class SpeedConfig:
     def decoder_names(self) -> list[str]:
         names = list(self.names or decoders.DECODERS)
         return [BASELINE] + [n for n in names if n != BASELINE]  # the baseline runs first at each length
+
+    @property
+    def total(self) -> int:
+        """Decodes timed in all (repeats aside): one per prompt length, decoder and cache mode."""
+        return len(self.lengths) * len(self.decoder_names) * len(self.modes)
+
+
+# The CLI's grid, and --quick's: one short prompt, half the holes, the prefix cache and three
+# decoders besides the baseline (a confidence threshold, a parallel rule, one that weighs pairs of
+# holes), so that a first look takes seconds where the full grid takes minutes.
+FULL = {"lengths": "128,512,2048", "gen": 64, "cache": "prefix,dual", "decoders": ()}
+QUICK = {"lengths": "128", "gen": 32, "cache": "prefix", "decoders": ("threshold", "factor", "mean-field")}
+
+
+class Next(NamedTuple):
+    """Said before each decode is timed, so a long run shows where it is: item `number` of `total`."""
+
+    number: int
+    total: int
+    prompt: int
+    decoder: str
+    cache: str
+
+    def __str__(self) -> str:
+        return f"speed {self.number}/{self.total}: {self.prompt}-token prompt · {self.decoder} · cache {self.cache}"
 
 
 @dataclass
@@ -230,9 +255,11 @@ def warm_decoder(dlm: Dlm, decoder: decoders.Decoder, modes: list[str]) -> None:
         last(guarded(decoder, dlm, short)(short, predict, torch.Generator().manual_seed(0)))
 
 
-def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | str]:
-    """Rows as they are measured (and a note for each decoder that cannot run); the baseline leads each length."""
+def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | Next | str]:
+    """Rows as they are measured, each announced by a Next (and a note for each decoder that
+    cannot run); the baseline leads each length."""
     warmed: set[str] = set()
+    number = 0
     for length in cfg.lengths:
         start, base = canvas(dlm, length, cfg.gen), None
         warm_up(dlm, start)
@@ -240,12 +267,15 @@ def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | str]:
             try:
                 decoder = make_decoder(name, cfg.block, dlm, cfg.guard)
             except DlmcodeError as err:
+                number += len(cfg.modes)  # its items are skipped, not left to do
                 yield f"skipping {name}: {err}"
                 continue
-            if name not in warmed:
-                warm_decoder(dlm, decoder, cfg.modes)
-                warmed.add(name)
             for mode in cfg.modes:
+                number += 1
+                yield Next(number, cfg.total, length, name, mode)
+                if name not in warmed:  # untimed, inside the first item: a long wait still names what runs
+                    warm_decoder(dlm, decoder, cfg.modes)
+                    warmed.add(name)
                 r = fastest(dlm, name, decoder, start, length, mode, cfg)
                 base = base or r  # the first row of a length: low-confidence, no cache
                 yield with_ratios(r, base)
@@ -324,6 +354,15 @@ def load(run: RunSettings, shape: str | None = None) -> tuple[Dlm, str | None]:
             raise
     dlm = standins.builtin_stand_in(resolve_device(device))
     return dlm, "the built-in weights are not installed: timing a random model of its architecture and size (TPF means nothing)"
+
+
+def grid(lengths: str | None, gen: int | None, block: int, cache: str | None, names: list[str], repeats: int, quick: bool) -> SpeedConfig:
+    """The CLI's flags as a SpeedConfig: a flag left out takes FULL's value, or QUICK's with --quick."""
+    default = QUICK if quick else FULL
+    given = {"lengths": lengths, "gen": gen, "cache": cache}
+    lengths, gen, cache = (default[k] if v is None else v for k, v in given.items())  # --gen 0 stays 0: an error, not a default
+    modes = tuple(m.strip() for m in cache.split(",") if m.strip())
+    return SpeedConfig(parse_lengths(lengths), gen, block, modes, tuple(names) or default["decoders"], repeats=repeats)
 
 
 def parse_lengths(text: str) -> tuple[int, ...]:

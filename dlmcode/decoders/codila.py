@@ -33,14 +33,14 @@ from .threshold import select as threshold_select
 
 @dataclass(frozen=True)
 class Codila(Decoder):
-    """CoDiLA: a small AR assistant decodes blocks of `block` (4) holes from the dLLM's marginals; commit coherent blocks."""
+    """A small left-to-right assistant writes each run of `block` holes from the model's predictions, so a run agrees (CoDiLA)."""
 
-    block: int = setting(4, "holes per CoDiLA block B, decoded jointly by the assistant")
-    mode: Literal["static", "dynamic", "verify"] = setting("static", "static: lowest-entropy block per call; dynamic: entropy-bounded prefix; verify: assistant vetoes dLLM commits")
-    window: int = setting(10, "candidate blocks: the first N blocks of holes in position order (paper: 10)")
-    tau: float = setting(0.5, "dynamic: mean assistant entropy (nats) a committed prefix may have (paper: 0.2, 0.5)")
-    threshold: float = setting(0.9, "verify: confidence a hole needs to be committed (Fast-dLLM schedule)")
-    penalty: float = setting(0.5, "verify: where the top-1s disagree, confidence *= 1 - penalty (our choice)")
+    block: int = setting(4, "holes the assistant writes together as one run")  # CoDiLA's block B
+    mode: Literal["static", "dynamic", "verify"] = setting("static", "static: commit the assistant's surest run each call; dynamic: as much of a run as it is sure of; verify: it vetoes the model's commits")
+    window: int = setting(10, "runs the assistant considers per call, from the left (the paper's 10)")
+    tau: float = setting(0.5, "dynamic: how unsure (mean entropy, nats) the assistant may be of what it commits; lower commits less")  # paper: 0.2, 0.5
+    threshold: float = setting(0.9, "verify: confidence (0-1) a hole needs to be committed alongside others")  # Fast-dLLM's threshold
+    penalty: float = setting(0.5, "verify: how much (0-1) a hole's confidence drops where the assistant disagrees with the model")  # conf *= 1 - penalty (our choice)
     assistant: str | Assistant | None = field(default=None, repr=False, compare=False)  # set by the caller
 
     def __post_init__(self) -> None:

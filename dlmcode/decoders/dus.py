@@ -25,9 +25,9 @@ from .base import Block, Choice, Decoder, setting
 
 @dataclass(frozen=True)
 class Dus(Decoder):
-    """DUS: commit each block of B holes (`block`, default 8) in log2 B calls, one group of non-adjacent positions per call."""
+    """Commits each block of `block` holes in about log2(block) calls, never two neighbouring holes in one call (DUS)."""
 
-    block: int = setting(8, "B: holes per block, committed in ceil(log2 B) calls (TPF about B / log2 B); 0 = all holes one block")
+    block: int = setting(8, "holes per block, each block committed in about log2(block) calls; 0 = all holes in one block")  # B: ceil(log2 B) calls, TPF about B / log2 B
 
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
         groups = dilated_groups(block.holes)

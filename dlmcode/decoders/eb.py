@@ -13,9 +13,9 @@ from .base import Block, Choice, Decoder, check, setting
 
 @dataclass(frozen=True)
 class EntropyBound(Decoder):
-    """EB-sampler: commit the lowest-entropy holes while their summed entropy minus the largest stays <= gamma."""
+    """Commits the holes the model is least unsure of while their combined uncertainty stays under gamma (EB-sampler)."""
 
-    gamma: float = setting(0.1, "entropy bound in nats (DiffusionGemma's default 0.1); larger commits more")
+    gamma: float = setting(0.1, "uncertainty (entropy, nats) one call may commit besides its surest hole; larger commits more")  # DiffusionGemma's default 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()

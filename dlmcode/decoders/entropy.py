@@ -14,9 +14,9 @@ from .scheduled import Scheduled
 
 @dataclass(frozen=True)
 class Entropy(Scheduled):
-    """Dream: commit the lowest-entropy holes, int(holes * (1 - s/t)) per step."""
+    """Commits first the holes the model is least unsure of (lowest entropy; Dream's entropy order)."""
 
-    eps: float = setting(1e-3, "Dream's final timestep: timesteps run linspace(1, eps, steps + 1)")
+    eps: float = setting(1e-3, "Dream's last timestep; a detail of its step schedule, there to match Dream")  # timesteps run linspace(1, eps, steps + 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()

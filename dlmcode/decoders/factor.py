@@ -12,9 +12,9 @@ from .base import Block, Choice, Decoder, check, setting
 
 @dataclass(frozen=True)
 class Factor(Decoder):
-    """Fast-dLLM factor: commit the n most confident holes while the n-th has conf >= 1 - f/(n+1)."""
+    """Commits several of the surest holes per call, fewer when the model is unsure (Fast-dLLM's factor rule)."""
 
-    factor: float = setting(1.0, "f in the rank-n bar 1 - f/(n+1); larger commits more per call")
+    factor: float = setting(1.0, "larger commits more holes per call (the n-th surest needs confidence 1 - factor/(n+1))")
 
     def __post_init__(self) -> None:
         super().__post_init__()

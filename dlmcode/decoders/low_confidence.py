@@ -14,7 +14,7 @@ from .scheduled import Scheduled
 
 @dataclass(frozen=True)
 class LowConfidence(Scheduled):
-    """LLaDA: each step commits the most confident holes, an even share of the block."""
+    """Commits the holes the model is surest of first, one per call unless steps or tokens_per_step say more (LLaDA)."""
 
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
         k = sampling.even_split(block.holes, self.steps_for(block.holes, block.number, block.count))[block.step]

@@ -12,7 +12,7 @@ from .entropy import Entropy
 
 @dataclass(frozen=True)
 class Margin(Entropy):
-    """Dream: commit the holes with the widest top-1 minus top-2 probability margin."""
+    """Commits first the holes where the model's first choice leads its second by most (Dream's margin order)."""
 
     def score(self, logits: Tensor) -> Tensor:
         return sampling.margin(logits)

@@ -24,14 +24,14 @@ BUFFER = 1 << 21  # elements of each (pairs, V) working buffer of `overlaps`: 16
 
 @dataclass(frozen=True)
 class MeanField(Decoder):
-    """Mean-Field: commit holes whose q = sigmoid(margin - D q) reaches tau, D = 1 - JSD/ln 2 between holes."""
+    """Commits sure holes in parallel but holds back holes whose predictions look alike, which tend to clash (Mean-Field)."""
 
-    block: int = setting(32, "holes per block; the pairwise cost grows with its square (S6's 32; paper UNVERIFIED)")
-    tau: float = setting(0.9, "T: q a hole needs to be committed (S6's 0.9; paper default UNVERIFIED)")
-    iterations: int = setting(2, "R: mean-field updates; the paper finds 2 converged")
-    normalize: Literal["max", "none"] = setting("max", "max: D /= its largest entry (S6's reading, UNVERIFIED; ours)")
-    init: Literal["sigmoid", "zero", "half"] = setting("sigmoid", "q before the updates: sigmoid(c), 0 or 1/2 (S6: sigmoid; ours)")
-    support: int = setting(32, "D over each pair's top-N tokens, the rest pooled (can only raise D); 0 = whole vocabulary (ours)")
+    block: int = setting(32, "holes per block, decoded left to right; the time per call grows with its square")  # S6's 32; the paper's is UNVERIFIED
+    tau: float = setting(0.9, "score (0-1) a hole needs to be committed; lower commits more per call")  # T; S6's 0.9; the paper's default UNVERIFIED
+    iterations: int = setting(2, "refinement rounds of the scores per call (the paper finds 2 enough)")  # R
+    normalize: Literal["max", "none"] = setting("max", "max: scale the penalty for alike holes so its largest is 1; none: leave it as it is")  # D /= max: S6's reading, UNVERIFIED; ours
+    init: Literal["sigmoid", "zero", "half"] = setting("sigmoid", "scores before refining: sigmoid of the margin, 0 or 1/2")  # q0; S6: sigmoid; ours
+    support: int = setting(32, "compare two holes on their top-N tokens only (faster; can only raise the penalty); 0 = every token")  # ours
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -27,11 +27,11 @@ PHASES = (1 / 3, 2 / 3)  # the authors' progress bounds between early, mid and l
 
 @dataclass(frozen=True)
 class Prophet(Revising, Scheduled):
-    """Prophet: low-confidence steps until the top-2 logit gap says the fill has settled, then commit every hole at once."""
+    """Commits one hole per call until the model's answer has settled, then every hole left at once (Prophet)."""
 
-    gap_early: float = setting(7.5, "commit all at once when the mean top-2 logit gap reaches this in the first third of the schedule (authors: 7.5)")
-    gap_mid: float = setting(5.0, "... in the second third (authors: 5.0)")
-    gap_late: float = setting(2.5, "... in the last third (authors: 2.5)")
+    gap_early: float = setting(7.5, "settled: the gap between the top two choices (mean logit) that commits the rest in the first third of the steps")  # authors: 7.5
+    gap_mid: float = setting(5.0, "... in the second third")  # authors: 5.0
+    gap_late: float = setting(2.5, "... in the last third")  # authors: 2.5
 
     def __post_init__(self) -> None:
         super().__post_init__()

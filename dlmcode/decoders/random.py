@@ -13,7 +13,7 @@ from .low_confidence import LowConfidence
 
 @dataclass(frozen=True)
 class Random(LowConfidence):
-    """LLaDA random remasking: each step commits a random even share of the block."""
+    """Commits holes in random order, one per call unless steps or tokens_per_step say more (LLaDA); a baseline."""
 
     def score(self, conf: Tensor, rng: torch.Generator) -> Tensor:
         return sampling.noise(tuple(conf.shape), rng, conf.device)  # (H,)

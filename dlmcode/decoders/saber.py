@@ -30,10 +30,10 @@ from .base import Decoder, Remasking, Revision, Window, check, setting
 
 @dataclass(frozen=True)
 class Saber(Remasking):
-    """Saber: commit holes above the mean commit confidence so far, reopen the tokens whose confidence fell most."""
+    """Commits more per call as the fill grows surer, and takes back the tokens whose confidence fell most (Saber)."""
 
-    at_least: int = setting(2, "holes committed per call at least (the authors' n = 2)")
-    backtrack: float = setting(0.125, "tokens reopened per call: this share of the call's commits, at least at_least // 2 (authors' code: 1/8)")
+    at_least: int = setting(2, "holes committed per call at least")  # the authors' n = 2
+    backtrack: float = setting(0.125, "tokens taken back per call, as a share of the call's commits (at least at_least // 2)")  # authors' code: 1/8
 
     def __post_init__(self) -> None:
         super().__post_init__()

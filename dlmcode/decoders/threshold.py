@@ -12,9 +12,9 @@ from .base import Block, Choice, Decoder, check, setting
 
 @dataclass(frozen=True)
 class Threshold(Decoder):
-    """Fast-dLLM: commit every hole of the block whose confidence is >= tau, at least the best."""
+    """Commits at once every hole the model is at least tau sure of, and always the surest one (Fast-dLLM)."""
 
-    tau: float = setting(0.9, "confidence a hole needs to be committed in parallel")
+    tau: float = setting(0.9, "confidence (0-1) a hole needs to be committed alongside others; lower is faster and breaks more")
 
     def __post_init__(self) -> None:
         super().__post_init__()

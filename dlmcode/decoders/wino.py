@@ -28,13 +28,13 @@ FIRST_LAST_ACCEPT = 30  # the authors' code starts `last_accept` at 30, so the f
 
 @dataclass(frozen=True)
 class Wino(Remasking):
-    """WINO: commit drafts above a low bar, reopen committed tokens whose confidence fell below a high one."""
+    """Commits drafts readily, then takes back tokens the model has grown unsure of and fills them again (WINO)."""
 
-    tau_wide: float = setting(0.7, "wide in: a hole whose confidence clears this is committed (authors' HumanEval/MBPP config: 0.7)")
-    tau_narrow: float = setting(0.9, "narrow out: a committed token whose confidence falls below this may be reopened (authors: 0.9)")
-    accept_share: float = setting(0.7, "commits per call at most this share of the block's holes ... (authors' code: 0.7)")
-    accept_min: int = setting(5, "... but the cap is never below this (authors' code: 5)")
-    accept_max: int = setting(20, "... nor above this (authors' code: 20)")
+    tau_wide: float = setting(0.7, "confidence (0-1) a hole needs to be committed; lower commits more per call")  # wide in; authors' HumanEval/MBPP config: 0.7
+    tau_narrow: float = setting(0.9, "a committed token the model grows less sure of than this (0-1) may be taken back")  # narrow out; authors: 0.9
+    accept_share: float = setting(0.7, "commits per call: at most this share of the block's holes ...")  # authors' code: 0.7
+    accept_min: int = setting(5, "... but that cap is never below this many ...")  # authors' code: 5
+    accept_max: int = setting(20, "... nor above this many")  # authors' code: 20
 
     def __post_init__(self) -> None:
         super().__post_init__()

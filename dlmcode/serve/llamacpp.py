@@ -96,7 +96,7 @@ def render(answer: Answer, engine: Engine, fields: list[str] | None, index: int 
         "truncated": answer.truncated,
         "stop_type": STOP_TYPES[answer.stop],
         "stopping_word": "",
-        "tokens_cached": 0,  # no cross-request cache here (README: Serve)
+        "tokens_cached": 0,  # no cross-request cache here (docs/serve.md)
         "timings": {
             "prompt_n": answer.prompt_tokens,
             "prompt_ms": 0.0,  # a dLLM has no separate prompt phase: every call runs the whole canvas
