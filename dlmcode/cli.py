@@ -283,9 +283,13 @@ def run_job(job: Any, quiet: bool, json_out: bool) -> Any:
     from . import view
 
     out = view.console(quiet)
-    for note in job.notes:  # a guard that cannot hold is never silent, --quiet or not
+    said = list(job.notes)
+    for note in said:  # a guard that cannot hold is never silent, --quiet or not
         sys.stderr.write(f"dlmcode: {note}\n")
     result = job.run(view.CanvasView(job, out).follow)
+    for note in result.notes:  # found while decoding (no witness even from the model's first draft)
+        if note not in said:
+            sys.stderr.write(f"dlmcode: {note}\n")
     out.print(view.summary(result), soft_wrap=True)
     if json_out:
         emit(json.dumps(result.to_dict(), ensure_ascii=False))

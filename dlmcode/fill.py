@@ -98,16 +98,14 @@ class Job:
     def with_guard(self, decoder: Decoder) -> Decoder:
         """The decoder with this plan's guard, or unguarded with a note saying why the guarantee cannot hold."""
         why = self.unguardable()
-        found = fit = None
-        if why is None:
-            fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
-            found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge)
-            if found is None:
-                why = "no filling of the holes parses (does the code around them parse?)"
         if why is not None:
             self.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
-        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit))
+        fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
+        texts = self.around()
+        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, texts, fit, self.judge)  # None: from the first draft
+        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around,
+                                                                  fit, self.plan.positions, texts))  # fmt: skip
 
     def unguardable(self) -> str | None:
         if self.lang is None:
@@ -174,8 +172,15 @@ class Job:
         )
 
     def guard_stats(self) -> dict[str, float] | None:
+        """The guard's counters for the decode just run; None when it ran unguarded (and a note says why)."""
         completer = getattr(self.decoder, "completer", None)
-        return completer.last.to_dict() if completer is not None and completer.last is not None else None
+        if completer is None or completer.last is None:
+            return None
+        if completer.last.gave_up:
+            note = f"guard: {GAVE_UP}; decoding unguarded"
+            self.notes += [note] if note not in self.notes else []
+            return None
+        return completer.last.to_dict()
 
     @property
     def before(self) -> str:
@@ -205,6 +210,7 @@ def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
         yield step
 
 
+GAVE_UP = "no filling of the holes parses (does the code around them parse?)"
 AUTO_MARKER_LENGTH = 32  # holes for a ⟦fill⟧ marker under --length auto (our choice)
 AUTO_MAX_EXTRA = 32  # the built-in model never saw more than 32 pads after a hole's content
 

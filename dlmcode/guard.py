@@ -34,6 +34,7 @@ unguarded.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,10 +62,11 @@ class Stats:
     rejected: int = 0  # proposals with no witness (replaced or left for later)
     replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
     fallback: int = 0  # calls where nothing was admitted and the witness's token was committed
+    gave_up: bool = False  # no witness even with the model's first draft: the decode ran unguarded
 
     def to_dict(self) -> dict[str, float]:
         return {"guard_checks": self.checks, "guard_seconds": round(self.seconds, 6), "guard_rejected": self.rejected,
-                "guard_replaced": self.replaced, "guard_fallback": self.fallback}  # fmt: skip
+                "guard_replaced": self.replaced, "guard_fallback": self.fallback, "guard_gave_up": self.gave_up}  # fmt: skip
 
 
 @dataclass
@@ -72,25 +74,28 @@ class Guard:
     """Built by the job for one plan: the judge and a first witness. `begin` starts one decode."""
 
     judge: Judge
-    witness: Tensor  # (L,) the first witness: the plan's canvas with every hole filled, judged 0
+    witness: Tensor | None  # (L,) the first witness (the plan's canvas, every hole filled, judged 0); None: from the first draft
     mask_id: int
     around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
     fit: Fit | None = None
+    runs: Sequence[range] = ()  # the plan's holes and the text around each: a first witness from the first draft
+    texts: Sequence[tuple[str, str]] = ()
     candidates: int = CANDIDATES
     checks_per_call: int = CHECKS_PER_CALL
     last: Stats | None = field(default=None, repr=False)  # the last decode's stats
 
     def begin(self, canvas: Tensor) -> Session:
         """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness."""
-        assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), "canvas and witness disagree"
+        if self.witness is not None:
+            assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), "canvas and witness disagree"
         self.last = Stats()
-        return Session(self, self.witness.clone(), self.last)
+        return Session(self, None if self.witness is None else self.witness.clone(), self.last)
 
 
 class Session:
     """One guarded decode: the current witness, and `admit`, the gate every commit goes through."""
 
-    def __init__(self, guard: Guard, witness: Tensor, stats: Stats) -> None:
+    def __init__(self, guard: Guard, witness: Tensor | None, stats: Stats) -> None:
         self.guard, self.witness, self.stats = guard, witness, stats
         self.memo: dict[bytes, int] = {}
         self.spent = 0  # checks in the current call
@@ -101,9 +106,12 @@ class Session:
         Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
         """
         device = tokens.device
-        if pos.numel() == 0:
+        if pos.numel() == 0 or self.stats.gave_up:
             return pos, ids, scores
         self.spent = 0
+        if self.witness is None and not self.adopt(tokens, logits):
+            self.stats.gave_up = True  # the job says so: the guarantee cannot hold for this decode
+            return pos, ids, scores
         order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
         tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
         draft = self.draft(tokens, logits)
@@ -135,6 +143,23 @@ class Session:
             self.stats.fallback += 1
         p_, t_, s_ = zip(*kept, strict=True)
         return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
+
+    def adopt(self, tokens: Tensor, logits: Tensor) -> bool:
+        """A first witness from the model's first draft (whole, or with fillers in some holes); False: none."""
+        draft = self.draft(tokens.cpu(), logits)
+        seeds = [draft[r.start : r.stop].tolist() for r in self.guard.runs]
+        fit = self.guard.fit or (lambda before, after, n: [])
+        found = first_witness(tokens.cpu(), self.guard.runs, self.guard.texts, fit, self.count, seeds)
+        self.witness = found
+        return found is not None
+
+    def count(self, canvas: Tensor) -> int:
+        """The judge's verdict, counted and timed as the guard's work."""
+        start = time.perf_counter()
+        found = self.guard.judge(canvas)
+        self.stats.seconds += time.perf_counter() - start
+        self.stats.checks += 1
+        return found
 
     def first_passing(self, current: Tensor, logits: Tensor, draft: Tensor, p: int, t: int, s: float,
                       kept: list[tuple[int, int, float]]) -> int | None:  # fmt: skip
@@ -210,12 +235,7 @@ class Session:
         key = canvas.numpy().tobytes()
         found = self.memo.get(key)
         if found is None:
-            import time
-
-            start = time.perf_counter()
-            found = self.guard.judge(canvas)
-            self.stats.seconds += time.perf_counter() - start
-            self.stats.checks += 1
+            found = self.count(canvas)
             self.spent += 1
             if len(self.memo) < CACHE:
                 self.memo[key] = found
@@ -286,12 +306,15 @@ CONTEXT = 4000  # characters each side a filler looks at (brackets opened furthe
 
 
 def first_witness(canvas: Tensor, runs: Sequence[range], around: Sequence[tuple[str, str]], fit: Fit,
-                  judge: Judge) -> Tensor | None:  # fmt: skip
+                  judge: Judge, seeds: Sequence[list[int]] | None = None) -> Tensor | None:  # fmt: skip
     """A filling of every hole run that the judge passes, from fillers (coordinate search over holes); None: none found.
 
-    `around` is each hole's (text before it, text after it) in the file.
+    `around` is each hole's (text before it, text after it) in the file; `seeds` (the model's draft
+    of each run) are tried first.
     """
     options = [fit(before, after, len(r)) for r, (before, after) in zip(runs, around, strict=True)]
+    if seeds is not None:
+        options = [[seed, *(o for o in opts if o != seed)] for seed, opts in zip(seeds, options, strict=True)]
     if any(not o for o in options):
         return None
     choice = [0] * len(runs)

@@ -200,8 +200,29 @@ def test_the_first_witness_parses_and_fits_the_holes(shipped):
 def test_code_that_cannot_parse_whatever_the_holes_hold_is_said_and_decoded_unguarded(shipped):
     run = RunSettings(decoder="low-confidence", options={"guard": "true"}, lang="python")
     job = fill.infill_job("x = ⟦fill:3⟧\ndef broken(:\n", None, shipped, run)
-    assert job.notes == ["guard: no filling of the holes parses (does the code around them parse?); decoding unguarded"]
-    assert job.run().guard is None
+    assert job.decoder.completer.witness is None, "no filler fits: the first draft is the last chance"
+    result = job.run()
+    assert result.guard is None
+    assert result.notes == ("guard: no filling of the holes parses (does the code around them parse?); decoding unguarded",)
+
+
+def test_a_first_witness_can_come_from_the_model_s_first_draft(shipped):
+    # `f(1⟦fill:1⟧ 2)` cannot be made valid by fillers, but the model's own `,` completes it
+    run = RunSettings(decoder="low-confidence", options={"guard": "true"}, lang="python")
+    job = fill.infill_job("x = f(1⟦fill:1⟧ 2)\n", None, shipped, run)
+    assert job.decoder.completer.witness is None
+    rn = guard.single_token(shipped.tokenizer, ",")
+    assert rn is not None
+
+    def predict(tokens):
+        logits = torch.zeros(len(tokens), 4096)
+        logits[:, rn] = 10.0
+        return logits
+
+    job.predict = predict
+    result = job.run()
+    assert result.guard is not None and not result.guard["guard_gave_up"]
+    assert result.text == "x = f(1, 2)\n" and not result.breakage.broken
 
 
 def test_no_language_no_guard_and_a_note(shipped):
