@@ -397,7 +397,9 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
     out = [Filler(i + "pass", " ", end) for i in at] + [Filler(i + "pass  #", "x", end) for i in at]
     line = next((line for line in after.split("\n") if line.strip()), "")
     below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
-    _, opens = balance(before, after)
+    close, opens = balance(before, after)
+    if close and at:  # close the brackets first, then the lines below need a block's head at some shallower level
+        out += [Filler(close + "\n" + openers_chain(i, below), " ", end) for i in dict.fromkeys(["", "    ", "        ", *at])]
     for i in at:  # blocks that the lines below indent under, as many levels deep as they are
         chain = openers_chain(i, below)
         out += [Filler(chain, " ", end), Filler(chain + "  #", "x", end)]

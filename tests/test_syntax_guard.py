@@ -77,7 +77,7 @@ def test_a_proposal_inside_an_error_region_is_not_committed():
     # holes 2..7; position 4 proposes a BAD token whose error covers 4 and 5; the rest are sure.
     sure = {p: (GOOD, 12.0) for p in range(2, 8)}
     predict = Scripted(sure | {4: (BAD, 11.0), 5: (GOOD, 11.5)})
-    guard = SyntaxGuard(factor=1.0, floor=1, spread=False, repairs=0, oracle=BadToken(lambda p: [p, p + 1]))
+    guard = SyntaxGuard(flags=True, factor=1.0, floor=1, spread=False, repairs=0, oracle=BadToken(lambda p: [p, p + 1]))
     steps = decode(guard, canvas(6), predict)
     assert trace(steps) == [([2, 3, 6, 7], []), ([5], []), ([4], [])]  # then only the most confident flagged one per call
     assert steps[0].info["flagged"] == 2.0
@@ -89,7 +89,7 @@ def test_a_persisting_error_reopens_committed_tokens_within_budget_then_the_brok
     # From call 2 on position 3 proposes BAD, whose error covers committed position 2.
     first = {2: (GOOD, 12.0), 3: (GOOD, 1.0), 4: (GOOD, 0.5)}
     later = {2: (GOOD, 12.0), 3: (BAD, 1.0), 4: (GOOD, 0.5)}
-    guard = SyntaxGuard(factor=0.1, floor=1, topup=False, spread=False, patience=2, reopen=0.5, reopen_per_call=1, repairs=1,
+    guard = SyntaxGuard(flags=True, factor=0.1, floor=1, topup=False, spread=False, patience=2, reopen=0.5, reopen_per_call=1, repairs=1,
                         oracle=BadToken(lambda p: [p - 1, p]))  # fmt: skip
     steps = decode(guard, canvas(3), Scripted(first, later))
     assert trace(steps) == [
@@ -113,7 +113,7 @@ def two_regions(tokens: torch.Tensor) -> Verdict:
 def test_a_repair_reopens_the_smallest_new_error_region_cut_to_repair_size():
     sure = {p: (GOOD, 12.0) for p in range(2, 9)}
     predict = Scripted(sure | {7: (BAD, 12.0)}, sure)  # call 1 drafts BAD at 7, later calls GOOD
-    guard = SyntaxGuard(factor=1.0, floor=1, spread=False, repairs=2, oracle=two_regions)
+    guard = SyntaxGuard(flags=True, factor=1.0, floor=1, spread=False, repairs=2, oracle=two_regions)
     steps = decode(guard, canvas(7), predict)
     assert trace(steps) == [([2, 3, 4, 5, 6, 7, 8], []), ([7], [7])], "the one-token region is repaired, then it is valid"
     assert steps[-1].canvas.tokens[7] == GOOD
@@ -132,7 +132,7 @@ def test_budgets_bound_every_decode_against_an_oracle_that_flags_everything(seed
         span[start.holes] = True
         return Verdict(span, (start.holes.nonzero().squeeze(-1),), True)
 
-    guard = SyntaxGuard(reopen=0.5, reopen_per_call=3, patience=1, repairs=3, repair_size=4, oracle=hostile)
+    guard = SyntaxGuard(flags=True, reopen=0.5, reopen_per_call=3, patience=1, repairs=3, repair_size=4, oracle=hostile)
     steps = decode(guard, start, model)
     reopened = sum(len(s.reopened) for s in steps)
     assert reopened == guard.reopen_budget(11) + 3 * 4, "both budgets are spent, and no more"
@@ -156,7 +156,7 @@ def test_without_an_oracle_it_is_its_parallel_rule(make_tiny_model, make_canvas)
 
 def test_settings_are_checked_and_max_calls_counts_every_reopen():
     assert SyntaxGuard(reopen=0.25, repairs=2, repair_size=16).max_calls(40) == 40 + 10 + 32
-    assert SyntaxGuard().max_calls(40) == 40 + 10 + 4 * 8  # defaults: reopen 0.25, 4 repairs of 8
+    assert SyntaxGuard().max_calls(40) == 40  # defaults: no reopening, no repairs (the guard makes them pointless)
     assert SyntaxGuard(reopen=0.0, repairs=0).max_calls(7) == 7
     for bad in ({"floor": "0"}, {"reopen": "1.5"}, {"patience": "0"}, {"factor": "0"}, {"repairs": "-1"}):
         with pytest.raises(UsageError, match="syntax-guard"):
@@ -184,9 +184,9 @@ def test_a_job_without_a_language_says_so_in_one_line():
 def test_topup_fills_the_floor_with_the_most_confident_flagged_proposals():
     # holes 2..5: only 2 is safe; 3, 4, 5 propose BAD with confidences ranked 4 > 5 > 3.
     predict = Scripted({2: (GOOD, 1.0), 3: (BAD, 1.0), 4: (BAD, 3.0), 5: (BAD, 2.0)})
-    topped = SyntaxGuard(factor=0.01, floor=3, topup=True, spread=False, repairs=0, reopen=0.0, oracle=BadToken())
+    topped = SyntaxGuard(flags=True, factor=0.01, floor=3, topup=True, spread=False, repairs=0, reopen=0.0, oracle=BadToken())
     assert trace(decode(topped, canvas(4), predict))[0] == ([2, 4, 5], [])
-    plain = SyntaxGuard(factor=0.01, floor=3, topup=False, spread=False, repairs=0, reopen=0.0, oracle=BadToken())
+    plain = SyntaxGuard(flags=True, factor=0.01, floor=3, topup=False, spread=False, repairs=0, reopen=0.0, oracle=BadToken())
     assert trace(decode(plain, canvas(4), Scripted(predict.script[0])))[:2] == [([2], []), ([4], [])]
 
 
@@ -194,8 +194,8 @@ def test_spread_never_commits_two_adjacent_holes_in_one_call():
     # holes 2..7 all sure, confidences ranked 4 > 3 > 6 > 5 > 2 > 7: one call takes 4, then 6, then 2
     # (3 and 5 touch 4, 7 touches 6); every proposal is safe.
     sure = {4: (GOOD, 12.0), 3: (GOOD, 11.5), 6: (GOOD, 11.0), 5: (GOOD, 10.5), 2: (GOOD, 10.0), 7: (GOOD, 9.5)}
-    spread = SyntaxGuard(factor=1.0, floor=6, spread=True, repairs=0, oracle=BadToken())
+    spread = SyntaxGuard(flags=True, factor=1.0, floor=6, spread=True, repairs=0, oracle=BadToken())
     steps = decode(spread, canvas(6), Scripted(sure))
     assert trace(steps) == [([2, 4, 6], []), ([3, 5, 7], [])]
-    together = SyntaxGuard(factor=1.0, floor=6, spread=False, repairs=0, oracle=BadToken())
+    together = SyntaxGuard(flags=True, factor=1.0, floor=6, spread=False, repairs=0, oracle=BadToken())
     assert trace(decode(together, canvas(6), Scripted(sure))) == [([2, 3, 4, 5, 6, 7], [])]
