@@ -368,3 +368,12 @@ def test_guard_columns_count_unguarded_samples_and_the_guard_s_share_of_time():
     row = metrics.tally(found)
     assert row["unguarded"] == 1
     assert row["guard_share"] == round(0.25 / 8.0, 4)
+
+
+def test_guarded_rows_get_a_curve_of_their_own_in_the_pareto_plot():
+    from dlmcode.bench.report import curve_name
+
+    assert curve_name({"decoder": "dus", "sweep": {"guard": "true"}, "settings": {"guard": True}}) == "dus guarded"
+    assert curve_name({"decoder": "dus", "sweep": {"guard": "false"}, "settings": {"guard": False}}) == "dus"
+    assert curve_name({"decoder": "syntax-guard", "sweep": {}, "settings": {"guard": True}}) == "syntax-guard guarded"
+    assert curve_name({"decoder": "threshold", "sweep": {"tau": "0.9"}, "settings": {"guard": False}}) == "threshold"

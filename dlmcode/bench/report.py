@@ -127,10 +127,14 @@ def plot(summary: dict, stem: Path) -> list[Path]:
 
 
 def _panel(ax, rows: list[dict], metric: str) -> None:
-    points = [(r["tpf"], r[metric], r["decoder"]) for r in rows if r["tpf"] is not None and r[metric] is not None]
-    for decoder in dict.fromkeys(d for _, _, d in points):
-        curve = sorted((x, y) for x, y, d in points if d == decoder)
-        ax.plot(*zip(*curve), marker="o", label=decoder)
+    points = [(r["tpf"], r[metric], curve_name(r)) for r in rows if r["tpf"] is not None and r[metric] is not None]
+    colors: dict[str, str] = {}
+    for name in dict.fromkeys(d for _, _, d in points):
+        curve = sorted((x, y) for x, y, d in points if d == name)
+        decoder = name.removesuffix(GUARDED)
+        color = colors.setdefault(decoder, f"C{len(colors) % 10}")  # a decoder's guarded and unguarded curves share a colour
+        style = "-" if name.endswith(GUARDED) else ":"
+        ax.plot(*zip(*curve), marker="o", linestyle=style, color=color, label=name)
     for r in rows:  # each swept point says which value it is
         if r.get("sweep") and r["tpf"] is not None and r[metric] is not None:
             ax.annotate(",".join(map(str, r["sweep"].values())), (r["tpf"], r[metric]), fontsize=6,
@@ -144,6 +148,16 @@ def _panel(ax, rows: list[dict], metric: str) -> None:
     ax.grid(alpha=0.3)
     if points:
         ax.legend(fontsize=8)
+
+
+GUARDED = " guarded"
+
+
+def curve_name(row: dict) -> str:
+    """A row's curve: its decoder, and `guarded` when it ran under the guard (swept or set)."""
+    swept = row.get("sweep", {}).get("guard")
+    on = str(swept).lower() == "true" if swept is not None else bool(row.get("settings", {}).get("guard"))
+    return row["decoder"] + (GUARDED if on else "")
 
 
 def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
