@@ -273,9 +273,20 @@ def test_per_request_decoder_and_options():
 
 @pytest.mark.parametrize("decoder", ["threshold", "mean-field", "dico", "eb", "margin", "syntax-guard"])
 def test_other_decoders_through_the_server(decoder):
-    c, _ = client()
+    # the model writes the line's indentation itself (the canvas's prefix has none): so the fill parses, guarded or not
+    c, _ = client(script="    " + SCRIPT)
     got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": decoder}).json()
     assert got["content"] == SCRIPT and got["dlmcode"]["decoder"] == decoder
+
+
+def test_the_guard_is_a_server_setting_like_any_decoder_setting():
+    c, _ = client(script=SCRIPT)  # unindented after `def add(a, b):` the script would break the file
+    plain = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold"}).json()
+    guarded = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold",
+                                      "options": {"guard": True}}).json()  # fmt: skip
+    assert plain["content"] == SCRIPT and guarded["dlmcode"]["settings"]["guard"] is True
+    text = PREFIX.rstrip(" ") + "    " + guarded["content"] + SUFFIX
+    assert guarded["content"] != SCRIPT and compile(text, "<fill>", "exec")
 
 
 @pytest.mark.parametrize(
