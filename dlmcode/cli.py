@@ -527,9 +527,11 @@ def compare(
         out = view.console(quiet)
         for line in filter(None, [note, *skipped]):
             out.print(line, soft_wrap=True)
-        where_label = f"lines {span}" if span is not None else "⟦fill⟧ markers"
+        where_label = (f"lines {span}" if ":" in span else f"line {span}") if span is not None else "⟦fill⟧ markers"
         board = live.Board(configs, samples, out, f"compare · {file} · {where_label} · {samples} run(s) each")
         found = board.follow(runner.compare(source, where, file, dlm, configs, samples, run))
+        if not out.is_terminal:  # a log file has no width: never crop the last columns to Rich's default 80
+            out.width = max(out.width, 132)
         out.print(board.table())
         if json_out:
             meta = {"input": file, "span": list(where) if where else None, "samples": samples, "temperature": temp, "model": dlm.name}

@@ -119,7 +119,8 @@ def breakage_text(result: Result) -> str:
         return "breakage: none"
     where = "inside" if b.touches_span else "outside"
     lines = ", ".join(str(x) if x == y else f"{x}-{y}" for x, y in result.fill_lines)
-    filled = f"the filled lines {lines}" if lines else "the filled lines"
+    one = len(result.fill_lines) == 1 and result.fill_lines[0][0] == result.fill_lines[0][1]
+    filled = f"the filled line {lines}" if one else f"the filled lines {lines}" if lines else "the filled lines"
     return f"breakage: {b.new_errors} new syntax error(s), first at line {b.first_line} ({where} {filled})"
 
 
