@@ -384,3 +384,23 @@ def test_a_cache_without_block_decoding_still_caches_the_context_around_the_hole
     assert pr.full_calls == 1 and pr.cached_calls == final.calls - 1 > 0
     last_run = pr.run.runs[-1]
     assert last_run == ((10, 11) if mode == "prefix" else (10, 6))  # (start, positions run): the holes onward, or the holes
+
+
+def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dlmcode.cli import app
+
+    def rows(*extra):
+        out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "16", "--gen", "6",
+                                       "--cache", "none", "-d", "threshold", "-d", "syntax-guard", "--json", *extra])  # fmt: skip
+        assert out.exit_code == 0, out.output
+        assert "guard ms" in out.stderr
+        return {r["decoder"]: r for r in json.loads(out.stdout)["rows"]}
+
+    plain, guarded = rows(), rows("--guard")
+    assert plain["threshold"]["guard_s"] is None and plain["low-confidence"]["guard_s"] is None
+    assert plain["syntax-guard"]["guard_s"] is not None  # guarded by default
+    assert guarded["threshold"]["guard_s"] is not None and guarded["threshold"]["guard_s"] >= 0

@@ -207,7 +207,9 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
 def guard_time(decoder: decoders.Decoder, calls: int) -> float | None:
     """The guard's seconds per call in the decode just made, or None when it ran unguarded."""
     completer = getattr(decoder, "completer", None)
-    return completer.last.seconds / calls if completer is not None and completer.last is not None else None
+    if completer is None or completer.last is None or completer.last.gave_up:
+        return None
+    return completer.last.seconds / calls
 
 
 def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
