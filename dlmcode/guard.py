@@ -48,6 +48,7 @@ Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax error
 Around = Callable[[Tensor, int, int], tuple[str, str]]  # (canvas, start, stop) -> text before and after positions [start, stop)
 Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
+SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
 CACHE = 8192  # judged canvases remembered per decode
@@ -118,6 +119,7 @@ class Session:
         every = tokens.clone()
         every[pos] = ids
         found = self.complete(every, draft, pos[:0])
+        found = self.sweep(every, draft) if found is None else found
         if found is not None:  # the whole proposal at once: one or two parses in the common case
             self.witness = found
             return pos.to(device), ids.to(device), scores.to(device)
@@ -138,7 +140,8 @@ class Session:
         if not kept:  # nothing passes: the witness's own token where the model likes it best
             rows = logits[pos.to(logits.device)].float().cpu()  # (k, V)
             mine = (rows.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1) - torch.logsumexp(rows, 1)).exp()  # (k,)
-            best = int(mine.argmax())
+            plain = torch.tensor([not self.escape(int(t)) for t in self.witness[pos]])  # a comment start only when nothing else
+            best = int(torch.where(plain, mine, mine - 2).argmax())
             kept.append((int(pos[best]), int(self.witness[pos[best]]), float(mine[best])))
             self.stats.fallback += 1
         p_, t_, s_ = zip(*kept, strict=True)
@@ -184,9 +187,14 @@ class Session:
         for other in row.topk(k).indices.tolist():
             if len(out) >= self.guard.candidates:
                 break
-            if other not in (token, self.guard.mask_id) and bool(torch.isfinite(row[other])):
+            if other not in (token, self.guard.mask_id) and bool(torch.isfinite(row[other])) and not self.escape(other):
                 out.append((other, float((row[other] - total).exp())))
         return out
+
+    def escape(self, token: int) -> bool:
+        """A comment start makes anything after it parse: the model may choose one, the guard never picks one for it."""
+        check = getattr(self.guard.fit, "escape", None)
+        return bool(check(token)) if check is not None else False
 
     def draft(self, tokens: Tensor, logits: Tensor) -> Tensor:
         """(L,) `tokens` with the model's most likely token at every hole (the mask never)."""
@@ -210,6 +218,19 @@ class Session:
                 return trial
         return None
 
+    def sweep(self, fixed: Tensor, draft: Tensor) -> Tensor | None:
+        """A witness for all of `fixed` from the draft with fillers in some runs of holes (coordinate search, bounded)."""
+        if self.guard.around is None or self.guard.fit is None:
+            return None
+        free = fixed == self.guard.mask_id
+        mixed = torch.where(free, draft, fixed)
+        runs = [range(int(r[0]), int(r[-1]) + 1) for r in free_runs(free)]
+        if not runs:
+            return None
+        texts = [self.guard.around(mixed, r.start, r.stop) for r in runs]
+        seeds = [mixed[r.start : r.stop].tolist() for r in runs]
+        return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=SWEEP)
+
     def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> list[Tensor]:
         """Witness candidates that rewrite the holes just beside a proposal: with the draft, then with fillers."""
         out = []
@@ -232,6 +253,10 @@ class Session:
         return out
 
     def passes(self, canvas: Tensor) -> bool:
+        return self.errors(canvas) == 0
+
+    def errors(self, canvas: Tensor) -> int:
+        """The judge's count of new errors, remembered per canvas (a trial is never judged twice)."""
         key = canvas.numpy().tobytes()
         found = self.memo.get(key)
         if found is None:
@@ -239,7 +264,15 @@ class Session:
             self.spent += 1
             if len(self.memo) < CACHE:
                 self.memo[key] = found
-        return found == 0
+        return found
+
+
+def free_runs(free: Tensor) -> list[Tensor]:
+    """The maximal runs of consecutive free positions, in order."""
+    where = free.nonzero().squeeze(-1)
+    if where.numel() == 0:
+        return []
+    return list(torch.tensor_split(where, (torch.diff(where) > 1).nonzero().squeeze(-1).add(1).tolist()))
 
 
 def runs_beside(free: Tensor, changed: Tensor) -> list[Tensor]:
@@ -291,6 +324,15 @@ class Fillers:
     def __init__(self, lang: str, tokenizer: Any, blank: int | None) -> None:
         self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
         self.memo: dict[tuple[str, str, int], list[list[int]]] = {}
+        self.escapes: dict[int, bool] = {}
+
+    def escape(self, token: int) -> bool:
+        """Whether a token starts a comment: the universal way to make the rest of a line parse, so never a replacement."""
+        found = self.escapes.get(token)
+        if found is None:
+            text = self.tokenizer.decode([token])
+            found = self.escapes[token] = any(mark in text for mark in COMMENTS.get(self.lang, ()))
+        return found
 
     def __call__(self, before: str, after: str, n: int) -> list[list[int]]:
         key = (before[-CONTEXT:], after[:CONTEXT], n)
@@ -302,11 +344,12 @@ class Fillers:
         return found
 
 
+COMMENTS = {"python": ("#",)} | {lang: ("//", "/*") for lang in ("c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust")}
 CONTEXT = 4000  # characters each side a filler looks at (brackets opened further away are not closed by fillers)
 
 
 def first_witness(canvas: Tensor, runs: Sequence[range], around: Sequence[tuple[str, str]], fit: Fit,
-                  judge: Judge, seeds: Sequence[list[int]] | None = None) -> Tensor | None:  # fmt: skip
+                  judge: Judge, seeds: Sequence[list[int]] | None = None, budget: int | None = None) -> Tensor | None:  # fmt: skip
     """A filling of every hole run that the judge passes, from fillers (coordinate search over holes); None: none found.
 
     `around` is each hole's (text before it, text after it) in the file; `seeds` (the model's draft
@@ -325,14 +368,16 @@ def first_witness(canvas: Tensor, runs: Sequence[range], around: Sequence[tuple[
             out[r.start : r.stop] = torch.tensor(opts[c], dtype=torch.long)
         return out
 
-    best = judge(assemble())
+    best, spent = judge(assemble()), 1
     for _ in range(2):
         for i, opts in enumerate(options):
             for c in range(len(opts)):
                 if best == 0:
                     return assemble()
+                if budget is not None and spent >= budget:
+                    return None
                 keep, choice[i] = choice[i], c
-                errors = judge(assemble())
+                errors, spent = judge(assemble()), spent + 1
                 if errors < best:
                     best = errors
                 else:
@@ -384,7 +429,7 @@ def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
 
 C_BODIES = (Filler("/*", "x", "*/"), Filler(";/*", "x", "*/"), Filler("x;/*", "x", "*/"), Filler("x/*", "x", "*/"),
             Filler("{/*", "x", "*/}"))  # fmt: skip
-ANY_BODIES = (Filler("x", "x", ""), Filler("", "x", "", least=1), Filler("0", " ", ""), Filler("", " ", ""))
+ANY_BODIES = (Filler("x", "x", ""), Filler(" x", "x", ""), Filler("", "x", "", least=1), Filler("0", " ", ""), Filler("", " ", ""))
 
 
 def bodies(lang: str, before: str, after: str) -> list[Filler]:
@@ -395,6 +440,8 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
     # a hole that ends where code goes on (a benchmark middle ends with its line break): its statements end the line
     end = "\n" if at and after[:1] not in ("", "\n", "\r") else ""
     out = [Filler(i + "pass", " ", end) for i in at] + [Filler(i + "pass  #", "x", end) for i in at]
+    if after.lstrip(" \t").startswith(":"):  # a block's head whose colon is already there
+        out += [Filler(i + "if x", " ", "") for i in at] + [Filler(i + "if x", "x", "") for i in at]
     line = next((line for line in after.split("\n") if line.strip()), "")
     below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
     close, opens = balance(before, after)
@@ -410,7 +457,8 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
             out += [Filler(i + "x = " + opens, " ", end), Filler(i + "if x" + opens, " ", end)]
     if opens_block(before, after):  # the hole ends a line whose next one is deeper: it ends with a colon
         close, _ = balance(before, after)
-        out += [Filler("", "x", close + ":"), Filler("x", " ", close + ":"), Filler("", "x", open_literal(before, lang) + close + ":")]
+        out += [Filler(" x", "x", close + ":"), Filler("", "x", close + ":"), Filler(" x", " ", close + ":"),
+                Filler("", "x", open_literal(before, lang) + close + ":")]  # fmt: skip
     return out + list(ANY_BODIES)
 
 
@@ -439,16 +487,18 @@ def _lead(line: str) -> str:
 
 
 def indents(before: str, after: str) -> list[str]:
-    """Indentations a statement in the hole may take: none when the hole's line already has code or indentation,
-    else the line above's (deeper after a ':'), the line below's, and none."""
+    """Indentation a statement in the hole may still need: none when the hole's line already has code; else
+    what completes the line's own leading whitespace to the line above's (deeper after a ':'), the line
+    below's, one level out of either (a head over a body), or nothing more."""
     line = before[before.rfind("\n") + 1 :]
-    if line:
-        return [""] if not line.strip() else []
-    above = next((line for line in reversed(before.split("\n")) if line.strip()), "")
-    below = next((line for line in after.split("\n") if line.strip()), "")
-    out = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
-    out += [_lead(above), _lead(below), ""]
-    return list(dict.fromkeys(out))
+    if line.strip():
+        return []
+    above = next((x for x in reversed(before[: len(before) - len(line)].split("\n")) if x.strip()), "")
+    below = next((x for x in after.split("\n") if x.strip()), "")
+    levels = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
+    levels += [_lead(above), _lead(below), ""]
+    levels += [x[:-4] for x in (_lead(below), _lead(above)) if x.endswith("    ")]  # a head one level out (a body below it)
+    return list(dict.fromkeys(x[len(line) :] for x in levels if x.startswith(line))) or [""]
 
 
 STRINGS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S)
