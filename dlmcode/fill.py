@@ -102,10 +102,8 @@ class Job:
             self.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
         fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
-        texts = self.around()
-        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, texts, fit, self.judge)  # None: from the first draft
-        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around,
-                                                                  fit, self.plan.positions, texts))  # fmt: skip
+        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge)  # None: from a draft
+        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit))
 
     def unguardable(self) -> str | None:
         if self.lang is None:

@@ -49,6 +49,7 @@ Around = Callable[[Tensor, int, int], tuple[str, str]]  # (canvas, start, stop) 
 Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
 SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
+ADOPT, RETRY = 64, 8  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
 CACHE = 8192  # judged canvases remembered per decode
@@ -63,11 +64,13 @@ class Stats:
     rejected: int = 0  # proposals with no witness (replaced or left for later)
     replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
     fallback: int = 0  # calls where nothing was admitted and the witness's token was committed
-    gave_up: bool = False  # no witness even with the model's first draft: the decode ran unguarded
+    gave_up: bool = False  # no witness was ever found: the decode ran unguarded
+    late: int = 0  # calls decoded unguarded before a witness was found (from the model's draft, at a later call)
 
     def to_dict(self) -> dict[str, float]:
         return {"guard_checks": self.checks, "guard_seconds": round(self.seconds, 6), "guard_rejected": self.rejected,
-                "guard_replaced": self.replaced, "guard_fallback": self.fallback, "guard_gave_up": self.gave_up}  # fmt: skip
+                "guard_replaced": self.replaced, "guard_fallback": self.fallback, "guard_gave_up": self.gave_up,
+                "guard_late": self.late}  # fmt: skip
 
 
 @dataclass
@@ -79,8 +82,6 @@ class Guard:
     mask_id: int
     around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
     fit: Fit | None = None
-    runs: Sequence[range] = ()  # the plan's holes and the text around each: a first witness from the first draft
-    texts: Sequence[tuple[str, str]] = ()
     candidates: int = CANDIDATES
     checks_per_call: int = CHECKS_PER_CALL
     last: Stats | None = field(default=None, repr=False)  # the last decode's stats
@@ -107,12 +108,13 @@ class Session:
         Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
         """
         device = tokens.device
-        if pos.numel() == 0 or self.stats.gave_up:
+        if pos.numel() == 0:
             return pos, ids, scores
         self.spent = 0
         if self.witness is None and not self.adopt(tokens, logits):
-            self.stats.gave_up = True  # the job says so: the guarantee cannot hold for this decode
+            self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found
             return pos, ids, scores
+        self.stats.gave_up = False
         order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
         tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
         draft = self.draft(tokens, logits)
@@ -148,13 +150,14 @@ class Session:
         return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
 
     def adopt(self, tokens: Tensor, logits: Tensor) -> bool:
-        """A first witness from the model's first draft (whole, or with fillers in some holes); False: none."""
-        draft = self.draft(tokens.cpu(), logits)
-        seeds = [draft[r.start : r.stop].tolist() for r in self.guard.runs]
-        fit = self.guard.fit or (lambda before, after, n: [])
-        found = first_witness(tokens.cpu(), self.guard.runs, self.guard.texts, fit, self.count, seeds)
-        self.witness = found
-        return found is not None
+        """A witness from this call's draft (whole, or with fillers in some runs of holes); False: none yet.
+
+        No filler fitted before the first call: the draft is tried at every call (the first one
+        searching longest), since the model's guesses improve as the canvas fills in; from the call
+        a witness is found on, the decode is guarded, and so its fill parses."""
+        budget = ADOPT if self.stats.late == 0 else RETRY
+        self.witness = self.sweep(tokens.cpu(), self.draft(tokens.cpu(), logits), budget)
+        return self.witness is not None
 
     def count(self, canvas: Tensor) -> int:
         """The judge's verdict, counted and timed as the guard's work."""
@@ -218,7 +221,7 @@ class Session:
                 return trial
         return None
 
-    def sweep(self, fixed: Tensor, draft: Tensor) -> Tensor | None:
+    def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0) -> Tensor | None:
         """A witness for all of `fixed` from the draft with fillers in some runs of holes (coordinate search, bounded)."""
         if self.guard.around is None or self.guard.fit is None:
             return None
@@ -229,7 +232,7 @@ class Session:
             return None
         texts = [self.guard.around(mixed, r.start, r.stop) for r in runs]
         seeds = [mixed[r.start : r.stop].tolist() for r in runs]
-        return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=SWEEP)
+        return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=budget or SWEEP)
 
     def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> list[Tensor]:
         """Witness candidates that rewrite the holes just beside a proposal: with the draft, then with fillers."""

@@ -300,3 +300,30 @@ def test_guarded_fills_of_random_spans_always_parse(lang, shipped):
         assert not result.breakage.broken, (i, result.text)
         assert syntax.check(result.text, lang).ok or not syntax.check(job.before, lang).ok, (i, result.text)
     assert guarded >= SPANS * 0.6, f"only {guarded} of {SPANS} spans were guarded"
+
+
+# ---------------------------------------------------------------- what the guard picks for the model
+
+
+def test_a_comment_start_is_never_a_replacement(shipped):
+    # `x = 1 +` then one hole: `#` would make anything parse; the guard must not choose it for the model
+    job = job_for(shipped, "x = 1 +⟦fill:1⟧\n")
+    completer = job.decoder.completer
+    hash_ = guard.single_token(shipped.tokenizer, " #")
+    one = guard.single_token(shipped.tokenizer, " 1")
+    session = completer.begin(job.plan.canvas.tokens)
+    logits = torch.full((len(job.plan.canvas.tokens), 4096), -10.0)
+    pos = job.plan.positions[0].start
+    logits[pos, hash_], logits[pos, one] = 5.0, 4.0
+    assert session.options(logits, pos, hash_, 0.7)[0][0] == hash_, "the model's own choice comes first"
+    bad = guard.single_token(shipped.tokenizer, ")")
+    picked = [t for t, _ in session.options(logits, pos, bad, 0.1)]
+    assert hash_ not in picked and one in picked
+
+
+def test_indentation_candidates_complete_the_line_to_a_level_near():
+    before = "def f(x):\n    if x:\n        y = 1\n       "
+    after = ":\n            z = 2\n"
+    assert " " in guard.indents(before, after)  # 7 spaces typed: one more reaches the body's level
+    assert guard.indents("x = 1\nprint(", ")\n") == []  # code on the line: no statement here
+    assert "    " in guard.indents("def f():\n", "    return 1\n") and "" in guard.indents("def f():\n", "")
