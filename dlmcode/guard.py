@@ -112,8 +112,9 @@ class Session:
             return pos, ids, scores
         self.spent = 0
         if self.witness is None and not self.adopt(tokens, logits):
-            self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found
-            return pos, ids, scores
+            self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found:
+            first = scores.cpu().argmax().view(1)  # one token a call meanwhile, so the drafts get more chances
+            return pos[first.to(pos.device)], ids[first.to(ids.device)], scores[first.to(scores.device)]
         self.stats.gave_up = False
         order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
         tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
