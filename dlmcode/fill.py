@@ -113,11 +113,24 @@ class Job:
         return None
 
     def judge(self, tokens: torch.Tensor) -> int:
-        """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule itself."""
+        """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule itself.
+
+        When the user's code has no tree-sitter problem, every tree-sitter problem of the output is
+        new, so tree-sitter alone answers a broken text (exactly: the rule's count takes the larger
+        checker's); Python's compile() runs only on texts tree-sitter passes."""
         canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
         filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        if self.lang is not None and self.clean_before:
+            quick = syntax.tree_errors(filled.text, self.lang)
+            if quick:
+                return quick
         found = self.breakage(filled, filled.text)
         return found.new_errors if found is not None else 0
+
+    @functools.cached_property
+    def clean_before(self) -> bool:
+        """Whether the user's code has no tree-sitter problem (then `judge` may answer from tree-sitter alone)."""
+        return self.finish is None and syntax.tree_errors(self.before, self.lang) == 0
 
     def blank(self) -> int | None:
         """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last),

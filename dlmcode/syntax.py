@@ -230,6 +230,13 @@ def _check(text: str, name: str) -> Report:
     return Report(name, tuple(sorted(found, key=lambda p: (p.start_byte, p.end_byte))))
 
 
+def tree_errors(text: str, lang: str) -> int:
+    """How many problems tree-sitter alone finds in `text` (as `check` counts its pool), without
+    the extra checkers: a cheap first look for callers that only need to know a text is broken."""
+    name = language_for(lang=lang)
+    return len(_tree_problems(text.encode("utf-8", ENCODE_ERRORS), name, locate_top=not _languages()[name].checks))
+
+
 def _pools(problems: tuple[Problem, ...] | list[Problem]) -> dict[str, list[Problem]]:
     pools: dict[str, list[Problem]] = {}
     for p in problems:

@@ -327,3 +327,21 @@ def test_indentation_candidates_complete_the_line_to_a_level_near():
     assert " " in guard.indents(before, after)  # 7 spaces typed: one more reaches the body's level
     assert guard.indents("x = 1\nprint(", ")\n") == []  # code on the line: no statement here
     assert "    " in guard.indents("def f():\n", "    return 1\n") and "" in guard.indents("def f():\n", "")
+
+
+def test_the_judge_s_tree_sitter_first_look_agrees_with_the_full_rule(shipped):
+    source = (DATA / "sample.py").read_text()
+    run = RunSettings(decoder="low-confidence", options={"guard": "true"}, lang="python")
+    job = fill.infill_job(source, (20, 22), shipped, run)
+    assert job.clean_before
+    rnd = random.Random(0)
+    start = job.plan.positions[0]
+    pieces = [guard.single_token(shipped.tokenizer, t) for t in ("x", " ", "(", ")", ":", "\n", "    ", "pass", "#", "return", "'")]
+    for _ in range(60):
+        tokens = job.decoder.completer.witness.clone()
+        for p in range(start.start, start.stop):
+            if rnd.random() < 0.3:
+                tokens[p] = rnd.choice([t for t in pieces if t is not None])
+        canvas = dataclasses.replace(job.plan.canvas, tokens=tokens, span=None)
+        filled = spans.splice(job.plan, canvas, shipped.tokenizer, drop_ids=shipped.special_ids)
+        assert (job.judge(tokens) == 0) == (not job.breakage(filled, filled.text).broken)
