@@ -318,7 +318,7 @@ def test_compare_and_bench_count_a_bad_marker_fill_as_broken():
 # ---------------------------------------------------------------- the command line: summary and check
 
 FUNS = "".join(f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8))
-SUMMARY = re.compile(r"breakage: (\d+) new syntax error\(s\), first at line (\d+) \((inside|outside) the filled lines (\d+)\)")
+SUMMARY = re.compile(r"breakage: (\d+) new syntax error\(s\), first at line (\d+) \((inside|outside) the filled lines? (\d+)\)")
 
 
 @pytest.mark.parametrize(("span", "length"), [("21", "1"), ("22", "1"), ("21", "2")])

@@ -546,7 +546,7 @@ def test_compare_labels_the_span_in_its_header(model, source, monkeypatch):
     monkeypatch.chdir(source.parent)  # a short name: the header fits on one line
     result = run("compare", source.name, "--span", "2", "-d", "threshold", "-m", model)
     assert result.exit_code == 0, result.stderr
-    assert "compare · point.py · lines 2 · 1 run(s) each" in result.stderr
+    assert "compare · point.py · line 2 · 1 run(s) each" in result.stderr
 
 
 def test_dlmcode_alone_prints_its_help_once():
