@@ -12,8 +12,9 @@ with no holes) that the judge passes, the judge being the very function that sco
 every language, plus CPython's compiler for Python). A proposal is admitted when some witness
 agrees with everything committed so far plus the proposal. The search tries, each for one
 parse: the current witness with the proposal in it, the model's own draft (this call's most
-likely token at every hole) with everything committed in it, and mixes of the two around the
-proposal. Why a witness and not a grammar:
+likely token at every hole) with everything committed in it, a bounded sweep of fillers over
+the draft's runs of holes, and the draft or fillers in the holes beside the proposal. Why a
+witness and not a grammar:
 - soundness does not rest on the search or on a grammar we would have to write for eight
   languages (Python's indentation included): every witness is passed by the judge, and the
   last witness is the fill, so a guarded fill is never broken by the judge's own rule;
@@ -21,14 +22,15 @@ proposal. Why a witness and not a grammar:
   never paint itself into a corner that needs more tokens than it has (or end a fill early
   unless the plan allows pads: only then may a witness use them);
 - what it cannot prove costs quality, never validity: a proposal that could be completed but
-  for which no witness is found is replaced by the next most likely token that has one, or
-  left for a later call; when nothing of a call is admitted, the witness's own token at the
-  decoder's first choice is committed (the witness stays valid), so every call commits.
+  for which no witness is found is replaced by the next most likely token that has one (never
+  a comment start, which would make anything parse), or left for a later call; when nothing
+  of a call is admitted, the witness's own token where the model likes it best is committed
+  (the witness stays valid), so every call commits.
 The first witness comes from fillers that fit any hole length (`first_witness`): `pass  #xxx`
-at a candidate indentation, a name `xxx`, a block comment `/*xxx*/`, brackets that close what
-the code before the hole opened; when none passes, the guarantee cannot hold (the code
-around the holes does not parse, whatever the holes hold) and the job says so and decodes
-unguarded.
+at a candidate indentation, block heads nested as deep as the lines below, a name `xxx`, a
+block comment `/*xxx*/`, the quote or brackets the code around needs. When none passes, each
+call's draft is tried (one token a call meanwhile); a decode that never finds one ran
+unguarded, and the job says so (docs/guard.md).
 """
 
 from __future__ import annotations
