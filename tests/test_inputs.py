@@ -11,11 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
+from test_cli import model, run  # noqa: F401  (the CLI tests' fixtures: a tiny model, the CLI in-process)
 
 from dlmcode import __version__, files
-from dlmcode.cli import app
-from tiny import tiny_builtin
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -25,20 +23,11 @@ PROBE = ("import sys\nfrom dlmcode.cli import main\nsys.argv = ['dlmcode', *sys.
          "try:\n    main()\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
-
-
 @pytest.fixture
 def source(tmp_path):
     path = tmp_path / "point.py"
     path.write_text(SOURCE)
     return path
-
-
-def run(*args, input=None):
-    return CliRunner().invoke(app, [str(a) for a in args], input=input)
 
 
 def one_line_error(result, code=None):
