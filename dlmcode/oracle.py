@@ -17,8 +17,6 @@ Only `syntax`'s public API is used (the language table, `CHECKS`, `Problem`).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ import torch
 from torch import Tensor
 
 from . import spans, syntax
-from .errors import DlmcodeError, UsageError
+from .errors import UsageError
 
 TREE_SITTER_KINDS = tuple(k for k, pool in syntax.POOL_OF_KIND.items() if pool == syntax.TREE_SITTER)  # one parse's problems; other kinds are extra checkers'
 EDITED = "edited"  # pairing key of every line inside the edited run of lines
@@ -220,17 +218,9 @@ def supported() -> str:
     return "supported: " + ", ".join(syntax.LANGUAGES)
 
 
-@functools.cache
 def parser_for(name: str) -> Any:
-    """A tree-sitter Parser for a language of syntax's table (its own: parsers keep no state between parses)."""
-    from tree_sitter import Language, Parser
-
-    entry = syntax.LANGUAGES[name]
-    try:
-        pointer = getattr(importlib.import_module(entry.module), entry.function)()
-        return Parser(Language(pointer))
-    except ImportError:
-        raise DlmcodeError(f"the {name} grammar is not installed: pip install {entry.package}") from None
+    """The language's tree-sitter Parser: syntax's own, so a grammar that does not load is the same one line."""
+    return syntax.parser(name)
 
 
 def base_text(before: str) -> str:

@@ -248,7 +248,9 @@ def _pools(problems: tuple[Problem, ...] | list[Problem]) -> dict[str, list[Prob
 
 
 @functools.cache
-def _parser(name: str):  # -> tree_sitter.Parser; imported here so module import stays cheap
+def parser(name: str):  # -> tree_sitter.Parser; imported here so module import stays cheap
+    """The one tree-sitter Parser of a language of the table (the checker, the oracle and the trivial-fill
+    classifier share it); a missing grammar, or one built for another tree-sitter, is one line."""
     from tree_sitter import Language, Parser
 
     entry = _languages()[name]
@@ -262,7 +264,7 @@ def _parser(name: str):  # -> tree_sitter.Parser; imported here so module import
 
 
 def _tree_problems(data: bytes, name: str, locate_top: bool = False) -> list[Problem]:
-    tree = _parser(name).parse(data)
+    tree = parser(name).parse(data)
     found = list(issues(tree, locate_top))
     starts = _line_starts(data) if found else []
     return [_node_problem(kind, node, data, starts) for kind, node in found]

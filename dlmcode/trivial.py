@@ -18,12 +18,9 @@ file is read as code. Languages outside the table get None (not classified).
 
 from __future__ import annotations
 
-import functools
-import importlib
 from collections.abc import Iterator
 
 from . import syntax
-from .errors import DlmcodeError
 
 C_FAMILY = frozenset({";", "{", "}"})  # an empty statement or block
 TRIVIAL: dict[str, frozenset[str]] = {
@@ -65,12 +62,5 @@ def _tokens(node) -> Iterator:
         stack.extend(node.children)
 
 
-@functools.cache
-def _parser(lang: str):  # -> tree_sitter.Parser, built from the language table (imported on first use)
-    from tree_sitter import Language, Parser
-
-    entry = syntax.LANGUAGES[lang]
-    try:
-        return Parser(Language(getattr(importlib.import_module(entry.module), entry.function)()))
-    except ImportError:
-        raise DlmcodeError(f"the {lang} grammar is not installed: pip install {entry.package}") from None
+def _parser(lang: str):  # -> tree_sitter.Parser: syntax's, built from the language table on first use
+    return syntax.parser(lang)

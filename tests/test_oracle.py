@@ -173,3 +173,22 @@ def test_the_speed_bench_hands_syntax_guard_an_oracle_of_its_canvas(tokenizer):
     draft = start.tokens.clone()
     draft[-3:] = torch.tensor(fill)
     assert guarded.oracle.layout(draft).data == ("def f(x):\n    return x\n" + tokenizer.decode(fill)).encode()
+
+
+def test_a_grammar_of_another_tree_sitter_is_one_line_under_the_oracle_too(monkeypatch):
+    # oracle.parser_for was a copy of syntax's that lost the ValueError branch: a traceback under syntax-guard
+    import tree_sitter
+
+    from dlmcode import syntax
+    from dlmcode.errors import DlmcodeError
+
+    def built_for_another_abi(pointer):
+        raise ValueError("Incompatible Language version 99")
+
+    syntax.parser.cache_clear()
+    monkeypatch.setattr(tree_sitter, "Language", built_for_another_abi)
+    try:
+        with pytest.raises(DlmcodeError, match=r"^the python grammar does not load \(Incompatible Language version 99\)"):
+            oracle.parser_for("python")
+    finally:
+        syntax.parser.cache_clear()
