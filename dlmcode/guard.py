@@ -35,9 +35,10 @@ unguarded, and the job says so (docs/guard.md).
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,8 +219,8 @@ class Session:
         if torch.equal(base, self.witness):
             return self.witness  # the proposal is the witness's own choice: nothing to check
         mixed = torch.where(free, draft, fixed)
-        trials = unique([base, mixed] + self.repairs(base, draft, free, changed))
-        for trial in trials[:TRIALS]:
+        trials = itertools.chain([base, mixed], self.repairs(base, draft, free, changed))  # repairs built only if needed
+        for trial in itertools.islice(unique(trials), TRIALS):
             if self.passes(trial):
                 return trial
         return None
@@ -237,16 +238,15 @@ class Session:
         seeds = [mixed[r.start : r.stop].tolist() for r in runs]
         return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=budget or SWEEP)
 
-    def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> list[Tensor]:
+    def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> Iterator[Tensor]:
         """Witness candidates that rewrite the holes just beside a proposal: with the draft, then with fillers."""
-        out = []
         runs = runs_beside(free, changed)
         for run in runs:
             trial = base.clone()
             trial[run] = draft[run]
-            out.append(trial)
+            yield trial
         if self.guard.around is None or self.guard.fit is None:
-            return out
+            return
         for run in runs[:2]:
             start, stop = int(run[0]), int(run[-1]) + 1
             if stop - start != run.numel():
@@ -255,8 +255,7 @@ class Session:
             for ids in self.guard.fit(before, after, stop - start):
                 trial = base.clone()
                 trial[start:stop] = torch.tensor(ids, dtype=torch.long)
-                out.append(trial)
-        return out
+                yield trial
 
     def passes(self, canvas: Tensor) -> bool:
         return self.errors(canvas) == 0
@@ -301,14 +300,14 @@ def _run(free: Tensor, start: int, step: int, n: int) -> Tensor:
     return torch.tensor(sorted(got), dtype=torch.long)
 
 
-def unique(trials: Sequence[Tensor]) -> list[Tensor]:
-    seen, out = set(), []
+def unique(trials: Iterable[Tensor]) -> Iterator[Tensor]:
+    """`trials` without repeats, lazily (a later trial is built only when the earlier ones failed)."""
+    seen: set[bytes] = set()
     for t in trials:
         key = t.numpy().tobytes()
         if key not in seen:
             seen.add(key)
-            out.append(t)
-    return out
+            yield t
 
 
 # ---------------------------------------------------------------- the first witness

@@ -61,7 +61,7 @@ class SyntaxOracle:
                  drop_ids: frozenset[int] = frozenset(), trim_at: int | None = None, incremental: int = INCREMENTAL_FROM) -> None:  # fmt: skip
         self.plan, self.tokenizer, self.lang = plan, tokenizer, syntax.language_for(lang=lang)
         self.drop_ids, self.trim_at, self.incremental = drop_ids, trim_at, incremental
-        self.parser = parser_for(self.lang)
+        self.parser = syntax.parser(self.lang)
         self.checks = [syntax.CHECKS[name] for name in syntax.LANGUAGES[self.lang].checks]
         self.base = pools(self.find(base_text(before).encode("utf-8", syntax.ENCODE_ERRORS), self.parser.parse))
         self.base_lines = base_text(before).split("\n")
@@ -216,11 +216,6 @@ def decoder_name(decoder: Any) -> str:
 
 def supported() -> str:
     return "supported: " + ", ".join(syntax.LANGUAGES)
-
-
-def parser_for(name: str) -> Any:
-    """The language's tree-sitter Parser: syntax's own, so a grammar that does not load is the same one line."""
-    return syntax.parser(name)
 
 
 def base_text(before: str) -> str:

@@ -44,7 +44,7 @@ def is_trivial(fill: str, lang: str) -> bool | None:
         return None
     if not fill.strip():
         return True
-    tree = _parser(lang).parse(fill.encode("utf-8", "surrogatepass"))  # lone surrogates get bytes, as in syntax
+    tree = syntax.parser(lang).parse(fill.encode("utf-8", "surrogatepass"))  # lone surrogates get bytes, as in syntax
     return all(leaf.text.decode("utf-8", "replace") in allowed for leaf in _tokens(tree.root_node))
 
 
@@ -61,6 +61,3 @@ def _tokens(node) -> Iterator:
             continue
         stack.extend(node.children)
 
-
-def _parser(lang: str):  # -> tree_sitter.Parser: syntax's, built from the language table on first use
-    return syntax.parser(lang)

@@ -175,8 +175,8 @@ def test_the_speed_bench_hands_syntax_guard_an_oracle_of_its_canvas(tokenizer):
     assert guarded.oracle.layout(draft).data == ("def f(x):\n    return x\n" + tokenizer.decode(fill)).encode()
 
 
-def test_a_grammar_of_another_tree_sitter_is_one_line_under_the_oracle_too(monkeypatch):
-    # oracle.parser_for was a copy of syntax's that lost the ValueError branch: a traceback under syntax-guard
+def test_a_grammar_of_another_tree_sitter_is_one_line_under_the_oracle_too(monkeypatch, tokenizer):
+    # the oracle had a copy of syntax's parser that lost the ValueError branch: a traceback under syntax-guard
     import tree_sitter
 
     from dlmcode import syntax
@@ -189,6 +189,6 @@ def test_a_grammar_of_another_tree_sitter_is_one_line_under_the_oracle_too(monke
     monkeypatch.setattr(tree_sitter, "Language", built_for_another_abi)
     try:
         with pytest.raises(DlmcodeError, match=r"^the python grammar does not load \(Incompatible Language version 99\)"):
-            oracle.parser_for("python")
+            oracle.SyntaxOracle(plan_of("x = ⟦fill:2⟧\n", tokenizer), tokenizer, "python", "x = \n")
     finally:
         syntax.parser.cache_clear()

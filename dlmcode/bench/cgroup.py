@@ -169,11 +169,7 @@ def own_folder(version: int) -> Path | None:
     mount = mount_point(version)
     if mount is None:
         return None
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for line in proc_lines("/proc/self/cgroup"):
         number, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if (version == 2 and number == "0" and not controllers) or (version == 1 and "memory" in controllers.split(",")):
@@ -181,14 +177,18 @@ def own_folder(version: int) -> Path | None:
     return None
 
 
+def proc_lines(path: str) -> list[str]:
+    """The lines of a /proc file; none where it cannot be read (no cgroup can be found then)."""
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
 @functools.cache
 def mount_point(version: int) -> Path | None:
     """Where the hierarchy is mounted (cgroup2; v1's with the memory controller), from mountinfo."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for line in proc_lines("/proc/self/mountinfo"):
         before, _, after = line.partition(" - ")
         fields, tail = before.split(), after.split()
         if len(fields) < 5 or len(tail) < 3:

@@ -121,7 +121,7 @@ def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Gen
             if visible.numel():
                 pos, ids, scores = propose(decoder, logits, canvas, visible, Block(number, len(runs), len(positions), step), rng)
             if gate is not None:
-                pos, ids, scores, owed = guarded(gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng)
+                pos, ids, scores, owed = through_gate(gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng)
             canvas = canvas.fill(pos, ids)
             yield Step(index, canvas, pos, scores, calls, {"block": number})
             index += 1
@@ -148,7 +148,7 @@ def open_gate(decoder: Any, canvas: Canvas) -> Any:
     return completer.begin(canvas.tokens) if getattr(decoder, "guard", False) and completer is not None else None
 
 
-def guarded(gate: Any, canvas: Canvas, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, owed: Tensor,
+def through_gate(gate: Any, canvas: Canvas, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, owed: Tensor,
             temperature: float, rng: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """The decoder's proposals and the owed holes (proposed anew) through the guard: what to commit, and what is owed now."""
     device = canvas.tokens.device
