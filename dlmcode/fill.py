@@ -102,7 +102,8 @@ class Job:
             self.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
         fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
-        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge)  # None: from a draft
+        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge,
+                                    budget=guard.FIRST)  # None: from a draft; bounded, as every search of the guard
         return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit))
 
     def unguardable(self) -> str | None:

@@ -52,6 +52,7 @@ Around = Callable[[Tensor, int, int], tuple[str, str]]  # (canvas, start, stop) 
 Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
 SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
+FIRST = 128  # judge calls for the first witness from fillers, before decoding (ours: a hostile file costs at most this)
 ADOPT, RETRY = 64, 8  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
