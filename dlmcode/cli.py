@@ -560,6 +560,7 @@ def bench(
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     quiet: Quiet = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="decodes sharing each model forward (padded, masked); results as at 1")] = 1,
+    fill_length: Annotated[str, typer.Option("--fill-length", help="infill holes: oracle (the hidden middle's token count), unknown (the length rule sizes them, as serve and ⟦fill⟧ do), or editor (unknown, then cut after the first line as serve does)")] = "oracle",
     offline: Offline = False,
 ) -> None:
     """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
@@ -570,7 +571,8 @@ def bench(
             from . import view
             from .bench import live, runner
         limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory, "isolated": not unsafe_no_sandbox}
-        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size)
+        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size,
+                                   fill_length)  # fmt: skip
         quiet = quiet or not run.ranks.lead
         run.ranks.join(device)  # under torchrun: join before loading, so a rank that fails tells the others
         with run.ranks.failing_fast():

@@ -171,11 +171,13 @@ def plan_infill(
     context: int,
     bos_id: int | None = None,
     eos_id: int | None = None,
+    bare: Sequence[int] | None = None,
 ) -> Plan:
     """Holes for lines `span` of `text`, or for its ⟦fill⟧ markers when span is None.
 
     length None: a span's hole is as long as the span's own tokens (at least 1), a bare
     marker gets DEFAULT_MARKER_LENGTH. A given length sizes the span or every bare marker.
+    `bare`: one length per bare marker, in text order (the length rule's, dlmcode/length.py).
     """
     _check_text(text)
     _check_length(length)
@@ -185,7 +187,8 @@ def plan_infill(
     if span is not None:
         holes = [_span_hole(text, span, length, tokenizer)]
     elif markers:
-        holes = [Hole(s, e, count or length or DEFAULT_MARKER_LENGTH) for s, e, count in markers]
+        sizes = iter(bare or ())
+        holes = [Hole(s, e, count or next(sizes, None) or length or DEFAULT_MARKER_LENGTH) for s, e, count in markers]
     else:
         raise UsageError("give --span A:B or put ⟦fill⟧ markers in the file")
     return _plan(text, holes, tokenizer, mask_id, context, bos_id, eos_id, length)

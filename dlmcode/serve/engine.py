@@ -130,7 +130,7 @@ class Engine:
         try:
             job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
                                       lang=req.lang or self.lang, end_ids=ends, cache=self.cache,
-                                      cache_refresh=self.cache_refresh)  # lang: syntax-guard's oracle
+                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/length.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = steps.Remember(job.predict or job.dlm.predict)
@@ -152,6 +152,7 @@ class Engine:
         middle, dedented = length.cut_at_indent(middle, req.min_indent)
         stopped = stopped or dedented
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang)
+        ended = ended or (job.sized is not None and len(region) < length.holes(req.ceiling, self.dlm))  # the length rule ended it
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
         windowed = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
