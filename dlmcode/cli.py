@@ -300,7 +300,7 @@ def run_job(job: Any, quiet: bool, json_out: bool) -> Any:
 def infill(
     file: Source,
     span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers")] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]")] = None,
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -356,7 +356,7 @@ def infill(
 @app.command(cls=Command)
 def generate(
     prompt_file: Source,
-    length: Annotated[int, typer.Option(help="tokens to generate")] = 128,
+    length: Annotated[str, typer.Option(help="tokens to generate, or auto (the length rule reads it from one probe call: docs/length.md)")] = "128",
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -383,7 +383,7 @@ def generate(
         prompt = files.read_source(prompt_file)
         run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
                           offline=offline, decoder=decoder, options=parse_options(option),
-                          temperature=temperature, seed=seed, length=length,
+                          temperature=temperature, seed=seed, length=parse_length(length),
                           lang=language(prompt_file, lang, required=False), cache=cache,
                           cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
@@ -496,7 +496,7 @@ def compare(
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
     sweep: Annotated[list[str] | None, typer.Option(help="key=v1,v2,...: run each value (e.g. guard=false,true); several --sweep run their cartesian product")] = None,
     temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite)] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]")] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",

@@ -70,7 +70,7 @@ def test_infill_json_fields(model, source):
     result = run("infill", source, "--span", "2", "-m", model, "--json", "-d", "threshold", "-o", "tau=0.5")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"text", "decoder", "model", "ids", "canvas", "calls", "filled", "tpf", "seconds", "breakage", "reopened", "guard", "notes"}
+    assert set(data) == {"text", "decoder", "model", "ids", "canvas", "calls", "filled", "tpf", "seconds", "breakage", "reopened", "guard", "notes", "sized"}
     assert data["decoder"]["name"] == "threshold" and data["decoder"]["settings"]["tau"] == 0.5
     assert len(data["ids"]) == data["filled"] > 0
     assert 1 <= data["calls"] <= data["filled"]
