@@ -10,7 +10,8 @@ made a file with bare-CR endings one line to --span and many to Python's error m
 
 Markers. Several holes at once are written into the file itself:
 
-    ⟦fill⟧       a hole of DEFAULT_MARKER_LENGTH tokens (or --length N when given)
+    ⟦fill⟧       a hole whose length the job's length rule chooses (dlmcode/length.py; or --length N);
+                 planned alone, DEFAULT_MARKER_LENGTH tokens
     ⟦fill:32⟧    a hole of exactly 32 tokens
 
 The brackets are U+27E6 and U+27E7 (MATHEMATICAL WHITE SQUARE BRACKETS). No mainstream
