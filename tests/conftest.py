@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from dlmcode.canvas import Canvas
+from dlmcode.core.canvas import Canvas
 
 # Tests use tiny tensors: one intra-op thread avoids spin-waiting on busy shared CPUs, where two
 # threads made a tiny decode ~100x slower.
@@ -83,8 +83,8 @@ def decoders_get_a_tiny_assistant(monkeypatch):
     import dataclasses
     import typing
 
-    from dlmcode.models.assistant import AssistantConfig, TinyAssistant
     from dlmcode.decoders import DECODERS
+    from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant
 
     for name, cls in DECODERS.items():
         if "assistant" in {f.name for f in dataclasses.fields(cls)}:

@@ -12,13 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from tiny import SNIPPETS, tiny_builtin
 from typer.testing import CliRunner
 
 from dlmcode.bench import metrics, report, runner, suites
 from dlmcode.bench.metrics import Sample
-from dlmcode.cli import app
-from dlmcode.errors import InputError, UsageError
-from tiny import SNIPPETS, tiny_builtin
+from dlmcode.cli.commands import app
+from dlmcode.core.errors import InputError, UsageError
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

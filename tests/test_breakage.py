@@ -14,16 +14,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from dlmcode import spans, syntax
 from dlmcode.bench import metrics, runner
 from dlmcode.bench.sandbox import Limits
 from dlmcode.bench.suites import Task
-from dlmcode.cli import app
+from dlmcode.cli.commands import app
+from dlmcode.core.run import RunSettings
 from dlmcode.decoders import build
-from dlmcode.fill import Job
+from dlmcode.jobs.fill import Job
 from dlmcode.models.base import Dlm
-from dlmcode.run import RunSettings
-from dlmcode.syntax import Breakage, Region, breakage, check
+from dlmcode.text import spans, syntax
+from dlmcode.text.syntax import Breakage, Region, breakage, check
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

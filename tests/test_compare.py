@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 
 import pytest
+from tiny import tiny_builtin
 from typer.testing import CliRunner
 
 from dlmcode.bench import runner
-from dlmcode.cli import app
-from dlmcode.errors import UsageError
-from tiny import tiny_builtin
+from dlmcode.cli.commands import app
+from dlmcode.core.errors import UsageError
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

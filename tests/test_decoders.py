@@ -16,9 +16,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlmcode.canvas import Canvas, Step
-from dlmcode.decoders import DECODERS, build, describe, parse_options
-from dlmcode.decoders import eb, factor, threshold
+from dlmcode.core.canvas import Canvas, Step
+from dlmcode.core.errors import UsageError
+from dlmcode.decoders import (
+    DECODERS,
+    build,
+    describe,
+    eb,
+    factor,
+    parse_options,
+    threshold,
+)
 from dlmcode.decoders.base import Revising
 from dlmcode.decoders.entropy import Entropy
 from dlmcode.decoders.factor import Factor
@@ -26,7 +34,6 @@ from dlmcode.decoders.low_confidence import LowConfidence
 from dlmcode.decoders.margin import Margin
 from dlmcode.decoders.random import Random
 from dlmcode.decoders.threshold import Threshold
-from dlmcode.errors import UsageError
 
 INF = float("inf")
 

@@ -1,4 +1,4 @@
-"""The completability guard (dlmcode/guard.py): every decoder under it, the check on hand-made
+"""The completability guard (dlmcode/text/guard.py): every decoder under it, the check on hand-made
 partial fills, and the guarantee on random spans of real files in every language.
 
 The property tests use the built-in model's tokenizer (what users decode with) and stand-in
@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlmcode import fill, guard, models, spans, syntax
-from dlmcode.canvas import last
+from dlmcode import models
+from dlmcode.core.canvas import last
+from dlmcode.core.run import RunSettings
 from dlmcode.decoders import DECODERS, build
-from dlmcode.run import RunSettings
+from dlmcode.jobs import fill
+from dlmcode.text import guard, spans, syntax
 
 DATA = Path(__file__).parent / "data" / "guard"
 FILES = {"python": "sample.py", "c": "sample.c", "cpp": "sample.cpp", "java": "Sample.java",

@@ -17,7 +17,7 @@ import torch
 os.environ["HF_HUB_OFFLINE"] = "1"  # a cache miss must never wait on the network
 
 from dlmcode import models  # noqa: E402
-from dlmcode.errors import ModelError, UsageError  # noqa: E402
+from dlmcode.core.errors import ModelError, UsageError  # noqa: E402
 from dlmcode.models import dream, hf  # noqa: E402
 
 CODE = [
@@ -31,7 +31,8 @@ CODE = [
 def bpe(specials: list[str], template: str | None = None, **roles: str):
     """A tiny byte-level BPE tokenizer trained here, wrapped for transformers; `roles` name special tokens,
     `template` is what it wraps a text in by default ("[CLS] $A [SEP]")."""
-    from tokenizers import Tokenizer, decoders, models as tm, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
+    from tokenizers import models as tm
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(tm.BPE())

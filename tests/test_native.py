@@ -15,7 +15,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 from dlmcode import models  # noqa: E402
 from dlmcode.bench.standins import DREAM_7B, LLADA_8B  # noqa: E402  (the published config.json files)
-from dlmcode.errors import ModelError  # noqa: E402
+from dlmcode.core.errors import ModelError  # noqa: E402
 from dlmcode.models import dream, native_dream, native_llada  # noqa: E402
 
 
@@ -158,7 +158,8 @@ CODE = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n\tprint(i, e
 
 
 def bpe(vocab: int):
-    from tokenizers import Tokenizer, decoders, models as tm, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
+    from tokenizers import models as tm
 
     tok = Tokenizer(tm.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -311,7 +312,7 @@ def test_a_layer_count_the_weights_do_not_have_fails_before_the_model_is_built(t
     """Checked from the safetensors headers: a million layers on the meta device would cost gigabytes of modules first."""
     import time
 
-    from dlmcode.errors import ModelError
+    from dlmcode.core.errors import ModelError
 
     path, _ = folder(tmp_path / "m")
     config = json.loads((path / "config.json").read_text())

@@ -7,13 +7,14 @@ import os
 
 import pytest
 import torch
+from tiny import tiny_builtin
 from typer.testing import CliRunner
 
 import dlmcode
-from dlmcode import cli, fill
-from dlmcode.errors import UsageError
-from dlmcode.run import SEED_MAX, RunSettings
-from tiny import tiny_builtin
+from dlmcode.cli import commands as cli
+from dlmcode.core.errors import UsageError
+from dlmcode.core.run import SEED_MAX, RunSettings
+from dlmcode.jobs import fill
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

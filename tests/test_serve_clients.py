@@ -17,7 +17,8 @@ import uvicorn
 
 from dlmcode.models import load
 from dlmcode.serve.app import make_app
-from dlmcode.serve.engine import Engine, Fill
+from dlmcode.serve.engine import Engine
+from dlmcode.serve.request import Fill
 
 openai = pytest.importorskip("openai")
 

@@ -201,8 +201,8 @@ def test_stopping_the_queue_cancels_the_decode_in_flight():
     import asyncio
     import time as clock
 
-    from dlmcode.serve.engine import Fill
     from dlmcode.serve.queue import Queue
+    from dlmcode.serve.request import Fill
     from dlmcode.serve.steps import Cancelled
 
     dlm, _ = tiny_dlm(PREFIX, SCRIPT * 8, delay=0.2)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from dlmcode.canvas import Canvas
-from dlmcode.errors import InputError, UsageError
-from dlmcode.spans import (
+from dlmcode.core.canvas import Canvas
+from dlmcode.core.errors import InputError, UsageError
+from dlmcode.text.spans import (
     DEFAULT_MARKER_LENGTH,
     Hole,
     find_markers,

@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dlmcode import fill, spans
-from dlmcode.canvas import Canvas
+from dlmcode.core.canvas import Canvas
+from dlmcode.core.errors import UsageError
 from dlmcode.decoders import build
 from dlmcode.decoders.factor import Factor
 from dlmcode.decoders.syntax_guard import SyntaxGuard
-from dlmcode.errors import UsageError
-from dlmcode.oracle import Verdict
+from dlmcode.jobs import fill
+from dlmcode.text import spans
+from dlmcode.text.oracle import Verdict
 
 V, MASK, GOOD, BAD = 10, 10, 1, 9  # vocabulary 0..9, mask id outside it
 

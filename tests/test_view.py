@@ -7,11 +7,11 @@ import io
 import torch
 from rich.console import Console
 
-from dlmcode import spans
+from dlmcode.cli.view import HOLE, CanvasView, summary
 from dlmcode.decoders import build
-from dlmcode.fill import Job
+from dlmcode.jobs.fill import Job
 from dlmcode.models.base import Dlm
-from dlmcode.view import HOLE, CanvasView, summary
+from dlmcode.text import spans
 
 MASK = 0
 
@@ -77,8 +77,8 @@ def test_summary_line_names_breakage():
 
 
 def test_a_reopened_hole_is_drawn_apart_from_a_fresh_one():
-    from dlmcode.canvas import Step
-    from dlmcode.view import REOPENED
+    from dlmcode.cli.view import REOPENED
+    from dlmcode.core.canvas import Step
 
     j = job()
     view = CanvasView(j, Console(file=io.StringIO()))

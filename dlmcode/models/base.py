@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
-from ..canvas import Predict
-from .cache import CacheSettings
-
-
-class Tokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...  # no special tokens added
-
-    def decode(self, ids: list[int]) -> str: ...  # special tokens kept out by the caller
+from ..core.canvas import Predict
+from ..core.run import CacheSettings
+from ..core.vocab import Tokenizer
 
 
 @dataclass

@@ -21,10 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import ModelError
-from . import forward
+from ..core.errors import ModelError
 from . import cache as kvcache
-from . import layers
+from . import forward, layers
 from .base import Dlm
 from .hf import first_line
 
@@ -302,3 +301,36 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
         forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
     )
+
+
+# ---------------------------------------------------------------- making a tokenizer (training, stand-ins)
+
+
+def new_tokenizer():
+    """Byte-level BPE whose pre-tokenizer ends a piece at every newline: no token crosses a
+    line boundary, so encode(a + b) == encode(a) + encode(b) whenever a ends with a newline."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="merged_with_previous"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> BuiltinTokenizer:
+    from tokenizers import pre_tokenizers, trainers
+
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return BuiltinTokenizer(tok)

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..canvas import Predict
-from ..errors import ModelError
+from ..core.canvas import Predict
+from ..core.errors import ModelError
 from . import cache, forward, hf, native, native_dream
 from .base import Dlm
 

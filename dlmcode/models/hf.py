@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..canvas import Predict
-from ..errors import ModelError
+from ..core.canvas import Predict
+from ..core.errors import ModelError
 from . import forward
 
 WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..canvas import Predict
+from ..core.canvas import Predict
 from . import cache, forward, hf, native, native_llada
 from .base import Dlm
 
