@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -38,17 +37,18 @@ def test_shipped_files_are_small_and_typed():
 
 
 @shipped
-def test_loads_offline_in_under_five_seconds():
+def test_loads_offline_without_transformers():
+    """The shipped model loads and predicts on torch, safetensors and tokenizers alone (what keeps it a few seconds on CPU)."""
     code = (
-        "import time, torch; t = time.perf_counter(); from pathlib import Path; "
+        "import sys, torch; from pathlib import Path; "
         "from dlmcode.models import builtin; "
         f"d = builtin.load(Path({str(WEIGHTS)!r}), torch.device('cpu'), torch.float32); "
         "d.predict(torch.tensor(d.tokenizer.encode('x = 1\\n'))); "
-        "import sys; assert 'transformers' not in sys.modules; print(time.perf_counter() - t)"
+        "print(' '.join(m for m in ('transformers', 'huggingface_hub') if m in sys.modules))"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert float(out.stdout.strip()) < 5.0, out.stdout
+    assert out.stdout.strip() == ""
 
 
 @shipped
