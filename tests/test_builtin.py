@@ -20,15 +20,12 @@ WEIGHTS = Path(str(resources.files("dlmcode.weights") / "builtin"))
 GUARD_TASKS = 20  # held-out single lines in the regression guard
 GUARD_SYNTAX_OK = 0.5  # share filled without new breakage; the shipped model (v2) scores 0.65 on these 20 (v1: 0.60; a guard, not the benchmark)
 
-shipped = pytest.mark.skipif(not (WEIGHTS / "model.safetensors").exists(), reason="no shipped built-in model yet")
-
-
 @pytest.fixture(scope="module")
 def dlm():
     return builtin.load(WEIGHTS, torch.device("cpu"), torch.float32)
 
 
-@shipped
+@pytest.mark.shipped
 def test_shipped_files_are_small_and_typed():
     size = sum(p.stat().st_size for p in WEIGHTS.iterdir())
     assert size < 25 * 2**20
@@ -36,7 +33,7 @@ def test_shipped_files_are_small_and_typed():
     assert (WEIGHTS / "MODEL_CARD.md").exists()
 
 
-@shipped
+@pytest.mark.shipped
 def test_loads_offline_without_transformers():
     """The shipped model loads and predicts on torch, safetensors and tokenizers alone (what keeps it a few seconds on CPU)."""
     code = (
@@ -51,7 +48,7 @@ def test_loads_offline_without_transformers():
     assert out.stdout.strip() == ""
 
 
-@shipped
+@pytest.mark.shipped
 def test_predicts_logits_aligned_to_positions(dlm):
     ids = torch.tensor(dlm.tokenizer.encode("def f(x):\n    return x + 1\n"), dtype=torch.long)
     ids[3] = dlm.mask_id
@@ -61,7 +58,7 @@ def test_predicts_logits_aligned_to_positions(dlm):
     assert {dlm.mask_id, dlm.pad_id, dlm.eos_id, dlm.bos_id} <= dlm.special_ids
 
 
-@shipped
+@pytest.mark.shipped
 @pytest.mark.slow
 def test_tokenizer_round_trips_every_stdlib_file(dlm):
     """Every corpus file (train and held-out, ~11 MB) decodes back byte for byte: ~10 s on an
@@ -72,7 +69,7 @@ def test_tokenizer_round_trips_every_stdlib_file(dlm):
     assert not bad
 
 
-@shipped
+@pytest.mark.shipped
 @pytest.mark.slow
 def test_heldout_single_lines_regression_guard(dlm):
     files = heldout.heldout_files()

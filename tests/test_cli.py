@@ -11,16 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dlmcode.cli import app
-from tiny import tiny_builtin
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.fixture

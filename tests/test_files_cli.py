@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlmcode import files
-from test_cli import SOURCE, model, run, source  # noqa: F401  (the CLI tests' fixtures: a tiny model, a small file)
+from test_cli import SOURCE, run, source  # noqa: F401  (the CLI tests' helper and small-file fixture)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

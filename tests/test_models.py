@@ -623,7 +623,6 @@ def test_bf16_on_cpu(bert_dir):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_auto_is_bf16_and_matches_cpu(bert_dir):
     cpu, gpu = models.load(str(bert_dir), device="cpu"), models.load(str(bert_dir))
     assert gpu.device.type == "cuda" and gpu.dtype in (torch.bfloat16, torch.float16)
@@ -635,10 +634,7 @@ def test_cuda_auto_is_bf16_and_matches_cpu(bert_dir):
 
 # builtin
 
-BUILTIN_SHIPPED = (Path(models.__file__).parent.parent / "weights" / "builtin" / "config.json").is_file()
-
-
-@pytest.mark.skipif(not BUILTIN_SHIPPED, reason="the built-in weights (dlmcode/weights/builtin) are not trained and shipped yet")
+@pytest.mark.shipped
 def test_load_without_a_name_is_the_builtin_model():
     dlm = models.load(device="cpu")
     assert (dlm.family, dlm.name) == ("builtin", "builtin")

@@ -13,16 +13,10 @@ import dlmcode
 from dlmcode import cli, fill
 from dlmcode.errors import UsageError
 from dlmcode.run import SEED_MAX, RunSettings
-from tiny import tiny_builtin
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.mark.parametrize(
