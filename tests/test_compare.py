@@ -7,7 +7,6 @@ import os
 import re
 
 import pytest
-from tiny import tiny_builtin
 from typer.testing import CliRunner
 
 from dlmcode.bench import runner
@@ -19,11 +18,6 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 SOURCE = "def add(a, b):\n    return a + b\n\n\nx = [1, 2, 3]\n"
 ROW_FIELDS = {"decoder", "settings", "n", "errors", "breakage_rate", "syntax_valid", "exact_match", "trivial", "tpf", "calls",
               "reopened", "tokens_per_s", "seconds", "runs"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.fixture

@@ -35,6 +35,8 @@ from dlmcode.decoders.margin import Margin
 from dlmcode.decoders.random import Random
 from dlmcode.decoders.threshold import Threshold
 
+pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
+
 INF = float("inf")
 
 CANVASES = {  # alternating context / hole run lengths, starting with context (conftest.make_canvas)
@@ -148,7 +150,7 @@ def test_contract(name, options, kind, make_tiny_model, make_canvas):
     assert model.calls == steps[-1].calls, "calls must count real forward passes"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", DECODERS)
 def test_logits_on_a_gpu_decode_as_on_the_cpu(name, make_tiny_model, make_canvas):
     """The model on a GPU, the canvas on the CPU (as dlmcode runs them): the same steps as all on the CPU."""

@@ -22,6 +22,8 @@ from dlmcode.decoders import DECODERS, build
 from dlmcode.jobs import fill
 from dlmcode.text import guard, spans, syntax
 
+pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
+
 DATA = Path(__file__).parent / "data" / "guard"
 FILES = {"python": "sample.py", "c": "sample.c", "cpp": "sample.cpp", "java": "Sample.java",
          "javascript": "sample.js", "typescript": "sample.ts", "go": "sample.go", "rust": "sample.rs"}  # fmt: skip

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import model, run  # noqa: F401  (the CLI tests' fixtures: a tiny model, the CLI in-process)
+from test_cli import run  # the CLI in-process, as the CLI tests run it
 
 from dlmcode import __version__
 from dlmcode.core import files

@@ -91,10 +91,7 @@ def test_models_never_import_jobs():
     assert {k: v for k, v in bad.items() if v} == {}
 
 
-shipped = pytest.mark.skipif(not (WEIGHTS / "builtin" / "model.safetensors").exists(), reason="no shipped weights")
-
-
-@shipped
+@pytest.mark.shipped
 def test_shipped_builtin_logits_are_unchanged():
     model = builtin.load_model(WEIGHTS / "builtin", torch.device("cpu"), torch.float32)
     ids = (torch.arange(48) * 37 % (model.cfg.vocab_size - 4) + 4)[None]  # (1, 48), no special ids
@@ -102,7 +99,7 @@ def test_shipped_builtin_logits_are_unchanged():
         assert_logits(model(ids), BUILTIN_LOGITS)
 
 
-@shipped
+@pytest.mark.shipped
 def test_shipped_assistant_logits_are_unchanged():
     model = MA.load(MA.shipped_path())
     x = model.embed_ids((torch.arange(24) * 53 % model.vocab)[None])  # (1, 24, D)

@@ -7,7 +7,6 @@ import os
 
 import pytest
 import torch
-from tiny import tiny_builtin
 from typer.testing import CliRunner
 
 import dlmcode
@@ -19,11 +18,6 @@ from dlmcode.jobs import fill
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.mark.parametrize(

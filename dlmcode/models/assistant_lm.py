@@ -3,8 +3,9 @@ through `inputs_embeds`, both meeting dlmcode.core.assistant.Assistant, and thei
 
 Folder format. Tiny: config.json (model_type "dlmcode-assistant") + model.safetensors.
 Hugging Face: the model's own save_pretrained files + dlmcode_assistant.json (shared ids,
-boundary ids, tokenizer fingerprint). The tiny model's block is the built-in model's layout
-(models/layers.py) with causal attention and a KV cache of its own.
+boundary ids, tokenizer fingerprint). The tiny model's block has the built-in model's layout
+(pre-norm, fused qkv, RoPE of models/layers.py, GELU MLP) with causal attention and a KV cache
+of its own.
 """
 
 from __future__ import annotations
@@ -53,25 +54,33 @@ class AssistantConfig:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-class CausalBlock(layers.PreNormBlock):
-    """The built-in model's pre-norm block with causal self-attention and its own KV cache."""
+class CausalBlock(nn.Module):
+    """Pre-norm block: x + causal attention of norm1(x) (with its own KV cache), then x + the GELU MLP of norm2(x).
+
+    The attention's and the MLP's layers sit on the block, not in modules of their own: their
+    names (blocks.N.qkv, blocks.N.out, blocks.N.up, ...) are the shipped weights'. Modules are
+    made in parameter order, which is also the order a seeded fresh model draws its weights in.
+    """
 
     def __init__(self, cfg: AssistantConfig) -> None:
-        super().__init__(cfg.dim, cfg.n_heads, cfg.ffn_mult, cfg.norm_eps)
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.norm1 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.norm2 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
+        self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
 
-    def add_attention(self, dim: int, n_heads: int) -> None:
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
-
-    def out_projection(self) -> nn.Linear:
-        return self.out
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past: list[Tensor] | None = None) -> Tensor:
+        x = x + self.attend(self.norm1(x), cos, sin, past)
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
 
     def attend(self, x: Tensor, cos: Tensor, sin: Tensor, past: list[Tensor] | None = None) -> Tensor:
         """Causal attention of x's positions; with `past` ([k, v] of the positions before them, or []),
         they also attend to those, and `past` is updated to hold theirs too."""
-        length = x.shape[1]
-        qkv = layers.split_heads(self.qkv(x), self.n_heads)  # (3, N, H, T, hd)
+        n, length, dim = x.shape
+        qkv = self.qkv(x).view(n, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)  # (3, N, H, T, hd)
         (q, k), v = layers.apply_rope(qkv[:2], cos, sin), qkv[2]  # q and k rotated in one go: decoding is op-bound
         if past:
             k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (N, H, P + T, hd)
@@ -83,7 +92,7 @@ class CausalBlock(layers.PreNormBlock):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:  # no past (plain causal), or one new position (sees everything)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=not before)  # (N, H, T, hd)
-        return self.out(layers.merge_heads(y))
+        return self.out(y.transpose(1, 2).reshape(n, length, dim))
 
 
 class TinyAssistant(nn.Module):
@@ -95,7 +104,7 @@ class TinyAssistant(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size + 2, cfg.dim)
         self.blocks = nn.ModuleList(CausalBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        layers.init_weights(self, self.blocks, cfg.n_layers)
+        layers.init_weights(self, cfg.n_layers, (linear for b in self.blocks for linear in (b.out, b.down)))
 
     vocab = property(lambda self: self.cfg.vocab_size)
     open_id = property(lambda self: self.cfg.vocab_size)
