@@ -280,7 +280,7 @@ def random_job(rnd: random.Random, source: str, lang: str, dlm) -> fill.Job:
     at = sum(len(line) + 1 for line in lines[:row]) + rnd.randrange(len(lines[row]) + 1)
     cut = min(rnd.randrange(0, 9), len(lines[row]) - (at - sum(len(line) + 1 for line in lines[:row])))
     marked = source[:at] + f"⟦fill:{rnd.randint(1, 12)}⟧" + source[at + cut :]
-    plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
+    plan = spans.plan_infill(marked, dlm.vocab, None, None)
     decoder = fill.make_decoder(name, run.options, None)
     return fill.Job(plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), predict=fill.exact_length(dlm))
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dlmcode.core.errors import UsageError
+from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
 from dlmcode.models import builtin_path
 from dlmcode.models.builtin import BuiltinTokenizer
@@ -24,7 +25,7 @@ def tokenizer():
 
 def plan_of(text: str, tokenizer) -> spans.Plan:
     """A plan whose holes are the file's ⟦fill:N⟧ markers (no BOS/EOS: the canvas is text and holes)."""
-    return spans.plan_infill(text, tokenizer, MASK, None, None, 10_000)
+    return spans.plan_infill(text, Vocab(tokenizer, MASK, 10_000), None, None)
 
 
 def drafted(plan: spans.Plan, fills: list[list[int]]) -> torch.Tensor:

@@ -8,6 +8,7 @@ import torch
 from rich.console import Console
 
 from dlmcode.cli.view import HOLE, CanvasView, summary
+from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
 from dlmcode.jobs.fill import Job
 from dlmcode.models.base import Dlm
@@ -37,7 +38,7 @@ def fake_dlm() -> Dlm:
 
 def job() -> Job:
     dlm = fake_dlm()
-    plan = spans.plan_infill("a = 1\nb = 2\nc = 3\n", dlm.tokenizer, MASK, (2, 2), None, dlm.context)
+    plan = spans.plan_infill("a = 1\nb = 2\nc = 3\n", Vocab(dlm.tokenizer, MASK, dlm.context), (2, 2), None)
     return Job(plan, dlm, build("low-confidence"), seed=0, lang="python")
 
 

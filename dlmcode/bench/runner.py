@@ -142,7 +142,7 @@ class Infill:
     def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
         n = max(1, len(dlm.tokenizer.encode(task.canonical))) if task.canonical is not None else length
         marked = f"{task.prompt}⟦fill:{n}⟧{task.suffix}"
-        plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
+        plan = spans.plan_infill(marked, dlm.vocab, None, None)
         if len(plan.holes) != 1:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
         model = config.model(dlm)

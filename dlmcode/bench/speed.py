@@ -31,7 +31,7 @@ import torch
 from .. import decoders
 from ..core.canvas import Canvas, Predict, last
 from ..core.errors import DlmcodeError, UsageError
-from ..core.run import CacheSettings, RunSettings
+from ..core.run import CacheSettings, ModelChoice
 from ..jobs.fill import counting
 from ..models import cache as kvcache
 from ..models.base import Dlm
@@ -336,22 +336,22 @@ def table(rows: list[Row], title: str) -> Any:
     return t
 
 
-def load(run: RunSettings, shape: str | None = None) -> tuple[Dlm, str | None]:
-    """The model `run` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
+def load(choice: ModelChoice, shape: str | None = None) -> tuple[Dlm, str | None]:
+    """The model `choice` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
     from .. import models
     from ..core.errors import ModelError
     from ..models.device import resolve_device, resolve_dtype
     from . import standins
 
-    name, device = run.model, run.device
+    name, device = choice.name, choice.device
     if shape is not None:
         if name is not None:
             raise UsageError("--shape times a random model of a published architecture: give it or --model, not both")
         where = resolve_device(device)
-        dlm = standins.published(shape, where, resolve_dtype(run.dtype, where))
+        dlm = standins.published(shape, where, resolve_dtype(choice.dtype, where))
         return dlm, f"{dlm.name}: random weights at the published shapes (times are real; TPF and outputs mean nothing)"
     try:
-        return models.load(name, device=device, dtype=run.dtype, family=run.family, trust_remote_code=run.trust_remote_code), None
+        return models.load(name, device=device, dtype=choice.dtype, family=choice.family, trust_remote_code=choice.trust_remote_code), None
     except ModelError:
         if name is not None:
             raise

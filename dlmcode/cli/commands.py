@@ -29,7 +29,7 @@ from .. import __version__
 from ..core import files, settings
 from ..core.entry import Command, OneLineErrors, reported
 from ..core.errors import UsageError
-from ..core.run import SEED_MAX, RunSettings
+from ..core.run import SEED_MAX, ModelChoice, RunSettings
 
 
 # Click's exception base as Typer raises it: the click package (typer < 0.22) or Typer's vendored copy
@@ -88,18 +88,18 @@ CacheRefresh = Annotated[int, typer.Option(help="with --cache, also run every po
 Offline = Annotated[bool, typer.Option("--offline", help="never download: a hub id must be in the local cache (also HF_HUB_OFFLINE=1)")]
 
 
-def load_model(run: RunSettings, quiet: bool) -> Any:
-    """The model a RunSettings names (run.py), loaded under a spinner."""
+def load_model(choice: ModelChoice, quiet: bool) -> Any:
+    """The model `choice` names (core/run.py), loaded under a spinner."""
     from ..models import BUILTIN, load, resolve
     from . import cpu, view
 
     cpu.configure_threads()  # the CLI owns its process: thread defaults that hold up on a busy machine
-    offline = run.offline or None
-    if run.model and run.model != BUILTIN:
-        resolve(run.model, offline=offline)  # before the spinner: a hub download draws its own progress bars
+    offline = choice.offline or None
+    if choice.name and choice.name != BUILTIN:
+        resolve(choice.name, offline=offline)  # before the spinner: a hub download draws its own progress bars
     with view.console(quiet).status("loading model…"):
-        return load(run.model, device=run.device, dtype=run.dtype, family=run.family, trust_remote_code=run.trust_remote_code,
-                    offline=offline)  # fmt: skip
+        return load(choice.name, device=choice.device, dtype=choice.dtype, family=choice.family,
+                    trust_remote_code=choice.trust_remote_code, offline=offline)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -222,15 +222,15 @@ def infill(
         if in_place:
             files.edit_target(file, force)  # a read-only file or folder fails now, not after the decode
         where = spans.parse_span(span, source) if span is not None else None
-        run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
-                          offline=offline, decoder=decoder, options=parse_options(option),
+        run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
+                          decoder=decoder, options=parse_options(option),
                           temperature=temperature, seed=seed, length=parse_length(length),
                           lang=language(file, lang, required=False), cache=cache,
                           cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
         from ..jobs import fill
 
-        job = fill.infill_job(source, where, load_model(run, quiet), run)
+        job = fill.infill_job(source, where, load_model(run.model, quiet), run)
         result = run_with_view(job, quiet, json_out=False)
         text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
         patch = files.unified_diff(source, text, file) if diff else None
@@ -273,8 +273,8 @@ def generate(
     """Continue a prompt (or answer a request, with a chat model) and print the code."""
     with reported():
         prompt = files.read_source(prompt_file)
-        run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
-                          offline=offline, decoder=decoder, options=parse_options(option),
+        run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
+                          decoder=decoder, options=parse_options(option),
                           temperature=temperature, seed=seed, length=length,
                           lang=language(prompt_file, lang, required=False), cache=cache,
                           cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
@@ -282,7 +282,7 @@ def generate(
         from ..jobs import fill
 
         eos = fill.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
-        job = fill.generate_job(prompt, load_model(run, quiet), run, chat=chat, raw=raw, eos=eos)
+        job = fill.generate_job(prompt, load_model(run.model, quiet), run, chat=chat, raw=raw, eos=eos)
         result = run_with_view(job, quiet, json_out)
         if not json_out:
             files.write_stdout(result.text)
@@ -406,15 +406,15 @@ def compare(
         source = files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
         parse_options(option)  # well formed; each decoder checks its own settings below
-        run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code,
-                          offline=offline, length=parse_length(length),
+        run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
+                          length=parse_length(length),
                           lang=language(file, lang, required=False))  # decoder, temperature, cache: each config's
         with starting(quiet):
             from ..bench import live, runner
             from . import view
         temp, note = runner.compare_temperature(samples, temperature)
         configs = runner.configs(decoder or [], option or [], sweep or [], temp)  # each config: its decoder, settings and cache
-        dlm = load_model(run, quiet)
+        dlm = load_model(run.model, quiet)
         configs, skipped = runner.attach_all(configs, dlm, strict=bool(decoder))
         out = view.console(quiet)
         for line in filter(None, [note, *skipped]):
@@ -466,9 +466,8 @@ def bench(
         quiet = quiet or not run.ranks.lead
         run.ranks.join(device)  # under torchrun: join before loading, so a rank that fails tells the others
         with run.ranks.failing_fast():
-            model_run = RunSettings(model=model, device=run.ranks.device(device), dtype=dtype, family=family,
-                                    trust_remote_code=trust_remote_code, offline=offline)  # decoding: each config's
-            dlm = load_model(model_run, quiet)
+            choice = ModelChoice(model, run.ranks.device(device), dtype, family, trust_remote_code, offline)
+            dlm = load_model(choice, quiet)  # decoding: each config's
             run.load(dlm)
             con, title = view.console(quiet), f"bench · {suite} · {len(run.suite.tasks)} tasks"
             for note in run.notes:
@@ -512,8 +511,7 @@ def speed(
         con = view.console(quiet)
         cpu.configure_threads()  # as for every command: torch's one-per-core default ran several times slower on a busy machine
         with con.status("loading model…"):
-            model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
-            dlm, note = timing.load(model_run, shape)
+            dlm, note = timing.load(ModelChoice(model, device, dtype, family, trust_remote_code), shape)
         rows = view.follow_speed(timing.stream(dlm, cfg), con)
         for line in filter(None, [note]):
             con.print(line, soft_wrap=True)
@@ -557,8 +555,7 @@ def serve(
             raise UsageError(f"--lines {lines}: give a number of lines, or 0 for no limit")
         from .. import serve as server
 
-        model_run = RunSettings(model=model, device=device, dtype=dtype, family=family, trust_remote_code=trust_remote_code)
-        dlm = load_model(model_run, quiet=False)
+        dlm = load_model(ModelChoice(model, device, dtype, family, trust_remote_code), quiet=False)
         engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines)
         stopped_by = server.run(engine, host, port, api_key or None)
     if stopped_by is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UsageError
@@ -30,16 +30,27 @@ DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", 
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """Model (name, device, dtype, family, remote code, offline) and decode (decoder, options,
-    temperature, seed, length, language, KV cache) of one run."""
+class ModelChoice:
+    """Which model to load and how: what the model options of every command that loads one say."""
 
-    model: str | None = None  # a folder or hub id; None: the built-in model
+    name: str | None = None  # a folder or hub id; None: the built-in model
     device: str = "auto"
     dtype: str = "auto"
-    family: str | None = None
+    family: str | None = None  # None: detected from the folder's config
     trust_remote_code: bool = False
-    offline: bool = False
+    offline: bool = False  # never download (also HF_HUB_OFFLINE=1)
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
+        check_dtype(self.dtype)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The model (a ModelChoice) and the decode (decoder, options, temperature, seed, length,
+    language, KV cache) of one run."""
+
+    model: ModelChoice = field(default_factory=lambda: ModelChoice())  # which model, and how it loads
     decoder: Any = "low-confidence"  # a registry name, or a built Decoder
     options: Mapping[str, Any] | None = None  # the decoder's settings (with a name only)
     temperature: float | None = None  # None: the decoder's own
@@ -51,8 +62,6 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         check_cache(self.cache, self.cache_refresh)
-        check_device(self.device)
-        check_dtype(self.dtype)
         if isinstance(self.length, str) and self.length != AUTO:
             raise UsageError(f"--length {self.length!r}: give a positive number of tokens, or auto")
         if isinstance(self.length, int) and self.length <= 0:

@@ -290,7 +290,7 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
     auto = length == AUTO
     if auto:
         length = auto_length(source, span, model.tokenizer)
-    plan = spans.plan_infill(source, model.tokenizer, model.mask_id, span, length, model.context, model.bos_id, model.eos_id)
+    plan = spans.plan_infill(source, model.vocab, span, length)
     if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
         plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
     predict = model.predict if auto else exact_length(model)
@@ -339,7 +339,7 @@ def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None =
         raise UsageError(f"--chat: model {model.name!r} has no chat template")
     eos = eos or EndOfText()
     text = model.chat(prompt) if use_chat else prompt
-    plan = spans.plan_generate(text, model.tokenizer, model.mask_id, run.length, model.context, model.bos_id)
+    plan = spans.plan_generate(text, model.vocab, run.length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     if not use_chat:
         return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, predict=eos.wrap(model))
@@ -372,7 +372,7 @@ def prepare_middle(
     run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
                       cache=cache, cache_refresh=cache_refresh)  # fmt: skip
     built, model = decoding(default_model(dlm), run)
-    plan = spans.plan_middle(prefix, suffix, model.tokenizer, model.mask_id, length, model.context, model.bos_id, model.eos_id)
+    plan = spans.plan_middle(prefix, suffix, model.vocab, length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
     predict = model.predict if end_ids else exact_length(model)
     return Job(plan, model, built, seed, lang, predict=predict)

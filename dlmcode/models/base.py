@@ -9,7 +9,7 @@ import torch
 
 from ..core.canvas import Predict
 from ..core.run import CacheSettings
-from ..core.vocab import Tokenizer
+from ..core.vocab import Tokenizer, Vocab
 
 
 @dataclass
@@ -32,3 +32,8 @@ class Dlm:
     bos_id: int | None = None  # put first on every canvas, for models trained that way
     cached: Callable[[CacheSettings], Predict] | None = None  # a fresh predict with a prefix/dual KV cache; None: no cache
     forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/forward.py); None: one predict each
+
+    @property
+    def vocab(self) -> Vocab:
+        """The token facts a canvas plan needs (text/spans.py)."""
+        return Vocab(self.tokenizer, self.mask_id, self.context, self.bos_id, self.eos_id)

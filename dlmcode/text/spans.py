@@ -42,16 +42,17 @@ is not the end of the text (its slot is reserved either way).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.errors import InputError, UsageError
+from ..core.vocab import Tokenizer, Vocab
 
 if TYPE_CHECKING:  # torch is imported where a canvas is built: the CLI checks --span before paying ~2 s for torch
     from ..core.canvas import Canvas
-    from ..core.vocab import Tokenizer
 
 DEFAULT_MARKER_LENGTH = 16  # tokens for a bare ⟦fill⟧: about one line of code; our choice
 MARKER_HELP = "write ⟦fill⟧ or ⟦fill:N⟧ with N tokens, N ≥ 1"
@@ -162,16 +163,7 @@ def _lines(n: int) -> str:
 # ---------------------------------------------------------------- planning
 
 
-def plan_infill(
-    text: str,
-    tokenizer: Tokenizer,
-    mask_id: int,
-    span: tuple[int, int] | None,
-    length: int | None,
-    context: int,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-) -> Plan:
+def plan_infill(text: str, vocab: Vocab, span: tuple[int, int] | None, length: int | None) -> Plan:
     """Holes for lines `span` of `text`, or for its ⟦fill⟧ markers when span is None.
 
     length None: a span's hole is as long as the span's own tokens (at least 1), a bare
@@ -183,43 +175,27 @@ def plan_infill(
     if span is not None and markers:
         raise UsageError("the file has ⟦fill⟧ markers: give --span or markers, not both")
     if span is not None:
-        holes = [_span_hole(text, span, length, tokenizer)]
+        holes = [_span_hole(text, span, length, vocab.tokenizer)]
     elif markers:
         holes = [Hole(s, e, count or length or DEFAULT_MARKER_LENGTH) for s, e, count in markers]
     else:
         raise UsageError("give --span A:B or put ⟦fill⟧ markers in the file")
-    return _plan(text, holes, tokenizer, mask_id, context, bos_id, eos_id, length)
+    return _plan(text, holes, vocab, length)
 
 
-def plan_generate(
-    prompt: str,
-    tokenizer: Tokenizer,
-    mask_id: int,
-    length: int,
-    context: int,
-    bos_id: int | None = None,
-) -> Plan:
-    """The prompt's tokens followed by `length` holes, as LLaDA generates."""
+def plan_generate(prompt: str, vocab: Vocab, length: int) -> Plan:
+    """The prompt's tokens followed by `length` holes, as LLaDA generates (no end-of-text after them)."""
     _check_text(prompt)
     _check_length(length)
     hole = Hole(len(prompt), len(prompt), length)
-    return _plan(prompt, [hole], tokenizer, mask_id, context, bos_id, None, length)
+    return _plan(prompt, [hole], dataclasses.replace(vocab, eos_id=None), length)
 
 
-def plan_middle(
-    prefix: str,
-    suffix: str,
-    tokenizer: Tokenizer,
-    mask_id: int,
-    length: int,
-    context: int,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-) -> Plan:
+def plan_middle(prefix: str, suffix: str, vocab: Vocab, length: int) -> Plan:
     """`length` holes between `prefix` and `suffix` (an editor's cursor); either side may be empty."""
     _check_length(length)
     hole = Hole(len(prefix), len(prefix), length)
-    return _plan(prefix + suffix, [hole], tokenizer, mask_id, context, bos_id, eos_id, length)
+    return _plan(prefix + suffix, [hole], vocab, length)
 
 
 def _check_text(text: str) -> None:
@@ -237,17 +213,9 @@ def _span_hole(text: str, span: tuple[int, int], length: int | None, tokenizer: 
     return Hole(start, end, length or max(1, len(tokenizer.encode(text[start:end]))), user_text=True)
 
 
-def _plan(
-    text: str,
-    holes: Sequence[Hole],
-    tokenizer: Tokenizer,
-    mask_id: int,
-    context: int,
-    bos_id: int | None,
-    eos_id: int | None,
-    length: int | None,
-) -> Plan:
+def _plan(text: str, holes: Sequence[Hole], vocab: Vocab, length: int | None) -> Plan:
     """Tokenise the pieces between holes, fit the window, lay out the canvas."""
+    tokenizer, mask_id, context, bos_id, eos_id = vocab.tokenizer, vocab.mask_id, vocab.context, vocab.bos_id, vocab.eos_id
     head, tail = text[: holes[0].start_char], text[holes[-1].end_char :]
     middles = [tokenizer.encode(text[a.end_char : b.start_char]) for a, b in zip(holes, holes[1:])]
     specials = (bos_id is not None) + (eos_id is not None)
