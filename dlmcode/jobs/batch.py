@@ -8,7 +8,7 @@ never attended, rows cut back to each length) and hands each its own (L_i, V) lo
 releases the GIL inside a forward, and all workers are blocked while it runs.
 
 Why the results do not depend on the batch size (the drift users report for Fast-dLLM,
-docs/field.md D.2): only the forward is shared. Every decode keeps its own decoder, canvas
+docs/research/field.md D.2): only the forward is shared. Every decode keeps its own decoder, canvas
 and seeded generator, so no choice, threshold or random number is ever taken over the batch
 (LLaDA's batched generate draws the Gumbel noise of all rows at once from the global
 generator, so a row's noise depends on its batch). The batched path always passes a mask,
