@@ -11,15 +11,16 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import model, run  # noqa: F401  (the CLI tests' fixtures: a tiny model, the CLI in-process)
+from cli_run import one_line_error, run
 
-from dlmcode import __version__, files
+from dlmcode import __version__
+from dlmcode.core import files
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    pass\n"
 # Runs the CLI in a fresh process and says on its last stderr line whether torch was imported.
-PROBE = ("import sys\nfrom dlmcode.cli import main\nsys.argv = ['dlmcode', *sys.argv[1:]]\n"
+PROBE = ("import sys\nfrom dlmcode.cli.commands import main\nsys.argv = ['dlmcode', *sys.argv[1:]]\n"
          "try:\n    main()\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
 
 
@@ -28,18 +29,6 @@ def source(tmp_path):
     path = tmp_path / "point.py"
     path.write_text(SOURCE)
     return path
-
-
-def one_line_error(result, code=None):
-    """Non-zero exit, one `dlmcode: error:` line on stderr, no traceback, nothing on stdout."""
-    assert result.exit_code != 0, result.stdout
-    if code is not None:
-        assert result.exit_code == code, result.stderr
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dlmcode: error: "), result.stderr
-    assert result.stdout == ""
-    return lines[0]
 
 
 def cli(*args, env=None, stdout=subprocess.PIPE, input=None):

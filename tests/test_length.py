@@ -1,4 +1,4 @@
-"""The length rule (dlmcode/length.py): exact lengths from hand-made end marginals, on every path, its call counted."""
+"""The length rule (dlmcode/jobs/length.py): exact lengths from hand-made end marginals, on every path, its call counted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, CharTokenizer
 
-from dlmcode import fill, length
+from dlmcode.jobs import fill, length
 from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
 from dlmcode.models.base import Dlm
@@ -114,7 +114,7 @@ def test_bench_unknown_length_uses_the_rule_and_its_call_counts():
 
 
 def test_bench_rejects_an_unknown_fill_length():
-    from dlmcode.errors import UsageError
+    from dlmcode.core.errors import UsageError
 
     with pytest.raises(UsageError, match="--fill-length 'guess'"):
         runner.prepare_bench("heldout-single", ["low-confidence"], [], [], None, 0, 128, None, {}, 1, "guess")

@@ -4,7 +4,7 @@ Stream first: `BenchRun.stream()` and `compare()` yield Samples as they finish (
 view draws them); `BenchRun.finish()` gathers them and writes the outputs.
 
 Infill tasks get an oracle length: each hole has exactly the canonical middle's token
-count, the upper-bound protocol of docs/field.md E (Open-dLLM's "oracle length").
+count, the upper-bound protocol of docs/research/field.md E (Open-dLLM's "oracle length").
 Under torchrun (env RANK/WORLD_SIZE) each rank decodes every WORLD_SIZE-th task and rank 0
 gathers the Samples and writes the same outputs one process would.
 """
@@ -23,14 +23,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .. import decoders, fill, spans, syntax, trivial
-from ..attach import attach
-from ..decoders.base import Decoder
-from ..errors import DlmcodeError, InputError, UsageError
-from .. import batch
+from .. import decoders
+from ..core.canvas import Decoder
+from ..core.errors import DlmcodeError, InputError, UsageError
+from ..core.run import AUTO, CacheSettings, RunSettings
+from ..jobs import batch, fill
+from ..jobs.fill import with_assistant
 from ..models import cache as kvcache
 from ..models.base import Dlm
-from ..run import AUTO, RunSettings
+from ..text import spans, syntax, trivial
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
 from .suites import Suite, Task
@@ -41,7 +42,7 @@ ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token
 ORACLE, UNKNOWN, EDITOR = "oracle", "unknown", "editor"  # --fill-length: how an infill hole's length is set
 FILL_LENGTHS = {
     ORACLE: ORACLE_NOTE,
-    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/length.py; its probe call counts)",
+    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/length.py; its probe call counts)",
     EDITOR: "editor's length: the length rule sizes each hole, then the fill is cut after its first non-blank line (dlmcode serve's --lines 1)",
 }
 EDITOR_CEILING = 128  # n_predict as llama.vim and llama.vscode send it (the rule's room is smaller for every family)
@@ -62,7 +63,7 @@ class Config:
     name: str
     decoder: Decoder
     sweep: dict[str, str] = field(default_factory=dict)  # this point's swept values
-    cache: kvcache.CacheSettings = field(default_factory=kvcache.CacheSettings)  # block: the decoder's
+    cache: CacheSettings = field(default_factory=CacheSettings)  # block: the decoder's
     fill_length: str = ORACLE  # how infill holes are sized (FILL_LENGTHS)
 
     @property
@@ -77,7 +78,7 @@ class Config:
 
     def model(self, dlm: Dlm) -> Dlm:
         """`dlm` behind a fresh cache for one decode (itself without one)."""
-        return kvcache.attach(dlm, self.cache.mode, self.cache.refresh, self.cache.block)
+        return kvcache.with_cache(dlm, self.cache.mode, self.cache.refresh, self.cache.block)
 
     @property
     def label(self) -> str:
@@ -132,13 +133,13 @@ def _points(name: str, given: dict[str, str], axes: dict[str, list[str]], temper
         yield Config(name, decoder, point, cache_settings(run, getattr(decoder, "block", 0)))
 
 
-def cache_settings(run: dict[str, str], block: int) -> kvcache.CacheSettings:
+def cache_settings(run: dict[str, str], block: int) -> CacheSettings:
     """-o/--sweep cache=... and cache_refresh=... as CacheSettings (a UsageError for bad values)."""
     try:
         refresh = int(run.get("cache_refresh", 0))
     except ValueError:
         raise UsageError(f"cache_refresh={run['cache_refresh']!r}: give a whole number of calls") from None
-    return kvcache.CacheSettings(run.get("cache", "none"), block, refresh)
+    return CacheSettings(run.get("cache", "none"), block, refresh)
 
 
 def _fields(name: str) -> set[str]:
@@ -157,13 +158,13 @@ class Infill:
             return self.unknown(task, config, dlm, seed)
         n = max(1, len(dlm.tokenizer.encode(task.canonical))) if task.canonical is not None else length
         marked = f"{task.prompt}⟦fill:{n}⟧{task.suffix}"
-        plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
+        plan = spans.plan_infill(marked, dlm.vocab, None, None)
         if len(plan.holes) != 1:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
         model = config.model(dlm)
         # The hidden middle is the user's text for the hole, as a --span's lines are.
         return fill.Job(plan, model, config.decoder, seed, task.lang, originals=(task.canonical or "",),
-                        predict=fill.exact_length(model))
+                        processors=fill.exact_length(model))
 
     def unknown(self, task: Task, config: Config, dlm: Dlm, seed: int) -> fill.Job:
         """The hole sized by the length rule within EDITOR_CEILING, as `dlmcode serve` sizes it."""
@@ -276,7 +277,7 @@ def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, lengt
             limits: sandbox.Limits, done: Iterable[tuple] = (), batch_size: int = 1) -> Iterator[Sample]:  # fmt: skip
     """One Sample per task and setting not in `done`, task by task (every row advances together).
 
-    batch_size > 1: that many decodes share each model forward (dlmcode/batch.py), same Samples.
+    batch_size > 1: that many decodes share each model forward (dlmcode/jobs/batch.py), same Samples.
     """
     skip = set(done)
     todo = [(t, c) for t in tasks for c in configs if sample_key(t.task_id, c.name, c.settings, seed) not in skip]
@@ -452,7 +453,7 @@ class BenchRun:
     out: Path | None = None
     ranks: Ranks = field(default_factory=Ranks)
     strict: bool = True  # decoders were named: one that cannot run here is an error, not skipped
-    batch_size: int = 1  # decodes sharing each model forward (dlmcode/batch.py)
+    batch_size: int = 1  # decodes sharing each model forward (dlmcode/jobs/batch.py)
     suite: Suite = field(default_factory=lambda: Suite("", []))  # set by load()
     previous: dict[tuple, Sample] = field(default_factory=dict)  # samples found in --out, by key
     notes: list[str] = field(default_factory=list)  # what the user should know (printed on stderr)
@@ -549,7 +550,7 @@ def attach_all(configs: list[Config], dlm: Dlm, strict: bool) -> tuple[list[Conf
     kept, skipped = [], []
     for config in configs:
         try:
-            kept.append(dataclasses.replace(config, decoder=attach(config.decoder, dlm)))
+            kept.append(dataclasses.replace(config, decoder=with_assistant(config.decoder, dlm)))
         except DlmcodeError as err:
             if strict:
                 raise

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
-from ..canvas import Predict
-from .cache import CacheSettings
-
-
-class Tokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...  # no special tokens added
-
-    def decode(self, ids: list[int]) -> str: ...  # special tokens kept out by the caller
+from ..core.canvas import Predict
+from ..core.run import CacheSettings
+from ..core.vocab import Tokenizer, Vocab
 
 
 @dataclass
@@ -38,3 +32,8 @@ class Dlm:
     bos_id: int | None = None  # put first on every canvas, for models trained that way
     cached: Callable[[CacheSettings], Predict] | None = None  # a fresh predict with a prefix/dual KV cache; None: no cache
     forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/forward.py); None: one predict each
+
+    @property
+    def vocab(self) -> Vocab:
+        """The token facts a canvas plan needs (text/spans.py)."""
+        return Vocab(self.tokenizer, self.mask_id, self.context, self.bos_id, self.eos_id)

@@ -15,39 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import decoders
-from .. import fill as jobs
-from ..canvas import last
-from ..decoders.base import Decoder
-from ..errors import DlmcodeError, UsageError
+from ..core.canvas import Decoder, last
+from ..core.errors import DlmcodeError, UsageError
+from ..jobs import fill as jobs
+from ..jobs.processors import Remember
 from ..models.base import Dlm
 from . import length, steps, trim
-
-
-class BadRequest(Exception):
-    """A request the server refuses: one line, answered 4xx in the protocol's error shape."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Fill:
-    """One completion request, as every protocol reduces it."""
-
-    prefix: str
-    suffix: str = ""
-    ceiling: int | None = None  # n_predict / max_tokens / num_predict; None or -1: the length rule's cap
-    decoder: str | None = None  # None: the server's
-    options: Mapping[str, Any] = field(default_factory=dict)  # decoder settings (merged over the server's)
-    temperature: float | None = None
-    seed: int = 0
-    time_ms: float | None = None  # t_max_predict_ms: past it, the holes left are committed at once
-    stop: tuple[str, ...] = ()
-    lang: str | None = None  # None: the server's
-    extra: str = ""  # other files' text (llama.cpp input_extra): context before the prefix, for the model only
-    min_indent: int = 0  # llama.cpp n_indent: the fill ends before a later line indented less
-    lines: int | None = None  # non-blank lines the fill may hold (0: any); None: the server's
+from .request import BadRequest, Fill
 
 
 @dataclass(frozen=True)
@@ -130,11 +104,11 @@ class Engine:
         try:
             job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
                                       lang=req.lang or self.lang, end_ids=ends, cache=self.cache,
-                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/length.py)
+                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/length.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
-        remember = steps.Remember(job.predict or job.dlm.predict)
-        job.predict = remember
+        remember = Remember()
+        job.processors += (remember,)  # last: it keeps the logits the decoder sees
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())

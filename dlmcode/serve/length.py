@@ -5,7 +5,7 @@ Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the mid
 0. Whitespace. Trailing spaces and tabs of the prefix (the indentation the user typed)
    are left off the canvas and taken back out of the fill (`heal`): tokens join a space to
    the word after it, and a canvas that ends on bare spaces shifts the fill by one.
-1. Holes. The length rule of every face (dlmcode/length.py) chooses them: one probe call
+1. Holes. The length rule of every face (dlmcode/jobs/length.py) chooses them: one probe call
    over min(ceiling, the family's room) holes reads the end tokens' marginals (the
    built-in model's pad; end-of-text, end-of-turn and pad for the others), the change point
    from content to ends is the fill's length, and the holes then hold code only. The probe's
@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import length as rule
-from .. import syntax
+from ..jobs import length as rule
 from ..models.base import Dlm
+from ..text import syntax
 
 BUILTIN_CAP = rule.BUILTIN.room  # the most pads the built-in model saw after a hole's content
 OTHER_CAP = rule.OTHER.room  # holes for other families when the editor asks for more (about 3 lines)
@@ -53,7 +53,7 @@ def holes(ceiling: int | None, dlm: Dlm) -> int:
 
 
 def end_ids(dlm: Dlm) -> tuple[int, ...]:
-    """Tokens that end a fill (the length rule's, dlmcode/length.py)."""
+    """Tokens that end a fill (the length rule's, dlmcode/jobs/length.py)."""
     return rule.end_ids(dlm)
 
 

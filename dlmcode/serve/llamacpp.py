@@ -19,7 +19,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from . import body, fim
-from .engine import Answer, BadRequest, Engine, Fill
+from .engine import Answer, Engine
+from .request import BadRequest, Fill
 
 MAX_CMPL = 4  # llama.cpp's own limit on n_cmpl
 STOP_TYPES = {"end": "eos", "stop": "word", "length": "limit", "time": "limit", "syntax": "eos", "warmup": "limit"}

@@ -17,7 +17,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from . import body, fim
-from .engine import Answer, Engine, Fill
+from .engine import Answer, Engine
+from .request import Fill
 
 # Ollama's own options (api/types.go Options and Runner): taken, and meaningless for a dLLM
 OLLAMA_OPTIONS = frozenset(

@@ -18,7 +18,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from . import body, fim
-from .engine import Answer, BadRequest, Engine, Fill
+from .engine import Answer, Engine
+from .request import BadRequest, Fill
 
 MAX_N = 4
 FINISH = {"end": "stop", "stop": "stop", "syntax": "stop", "length": "length", "time": "length", "warmup": "length"}

@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .engine import Answer, Engine, Fill
+from .engine import Answer, Engine
+from .request import Fill
 from .steps import Cancelled
 
 POLL = 0.05  # seconds between checks that a waiting client is still there
