@@ -1,21 +1,32 @@
-"""Requests from every client, decoded one at a time in arrival order (FIFO) on one thread.
+"""Requests from every client, decoded in arrival order (FIFO), up to `size` at once sharing each forward.
 
-One model, one decode at a time: on a CPU two decodes at once only share the cores, and on
-a GPU the built-in model's canvas is far too small to gain from a second stream. The event
-loop stays free (it parses, answers warm-ups and errors) while the worker thread decodes.
-A request whose client has gone is cancelled: dropped if still waiting, stopped between two
-steps if running; every other request is answered exactly once.
+One scheduler thread admits waiting requests, oldest first, while fewer than `size` decode,
+and runs them through batch.py's machinery: each decode in its own worker thread, every
+model call of every running decode joined into one batched forward (its own canvas, cache,
+decoder and seeded generator stay its own, so tokens are those of a decode alone). A new
+request joins at the next forward, so none waits behind a later one, and a decode that ends
+leaves its place to the next at once. With `size` 1 (`--batch 1`) the engine's model is not
+routed and each decode runs alone, as before batching existed.
+
+The event loop stays free (it parses, answers warm-ups and errors) while decodes run.
+A request whose client has gone is cancelled: dropped if still waiting, stopped at its next
+model call or step if running, and the others in the batch go on; every other request is
+answered exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 
-from .engine import Answer, Engine, Fill
+from ..batch import Batcher, Slot
+from .engine import Answer, Emit, Engine, Fill
 from .steps import Cancelled
 
 POLL = 0.05  # seconds between checks that a waiting client is still there
@@ -26,24 +37,43 @@ class Counters:
     answered: int = 0
     cancelled: int = 0
     failed: int = 0
+    forwards: int = 0  # batched forwards run (each serves every decode that asked)
+    rows: int = 0  # decode calls those forwards served: rows / forwards is the mean batch
+
+
+@dataclass
+class Entry:
+    """One request in the queue: what to decode, its cancel flag, where its text goes, its answer."""
+
+    req: Fill
+    cancel: threading.Event
+    emit: Emit | None = None
+    future: Future = field(default_factory=Future)
 
 
 class Queue:
-    """FIFO decode queue over one worker thread."""
+    """FIFO decode queue over one scheduler thread and up to `size` decode threads."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, size: int | None = None) -> None:
         self.engine = engine
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlmcode-decode")  # its work queue is FIFO
+        self.size = size or engine.batch
+        self.batcher = Batcher(self.size)
+        self.cond = self.batcher.cond
+        self.pending: deque[Entry] = deque()
+        self.closed = False
+        self.thread: threading.Thread | None = None
         self.waiting = 0  # requests queued or decoding
         self.counters = Counters()
         self.cancels: set[threading.Event] = set()  # one per request queued or decoding: `stop` sets them all
 
-    async def answer(self, req: Fill, gone: Callable[[], Awaitable[bool]] | None = None) -> Answer:
-        """Decode `req` in turn; Cancelled when `gone()` says the client left before its answer."""
-        cancel = threading.Event()
-        future = asyncio.get_running_loop().run_in_executor(self.pool, self.work, req, cancel)
+    async def answer(self, req: Fill, gone: Callable[[], Awaitable[bool]] | None = None, emit: Emit | None = None) -> Answer:
+        """Decode `req` in turn; Cancelled when `gone()` says the client left before its answer.
+        `emit` gets the fill's text as it becomes final (engine.run), in the decode's thread."""
+        entry = Entry(req, threading.Event(), emit)
+        self.put(entry)
+        future = asyncio.wrap_future(entry.future)
         self.waiting += 1
-        self.cancels.add(cancel)
+        self.cancels.add(entry.cancel)
         try:
             while True:
                 done, _ = await asyncio.wait({future}, timeout=POLL)
@@ -52,9 +82,9 @@ class Queue:
                     self.counters.answered += 1
                     return answer
                 if gone is not None and await gone():
-                    cancel.set()
+                    self.cancel(entry.cancel)
         except (Cancelled, asyncio.CancelledError):
-            cancel.set()  # the client left (or the server is stopping): stop the decode between steps
+            self.cancel(entry.cancel)  # the client left (or the server is stopping): stop the decode
             self.counters.cancelled += 1
             raise
         except Exception:
@@ -62,18 +92,79 @@ class Queue:
             raise
         finally:
             self.waiting -= 1
-            self.cancels.discard(cancel)
+            self.cancels.discard(entry.cancel)
 
-    def work(self, req: Fill, cancel: threading.Event) -> Answer:
-        if cancel.is_set():  # the client left while this request waited: skip it
-            raise Cancelled
-        return self.engine.run(req, cancel)
+    def put(self, entry: Entry) -> None:
+        with self.cond:
+            if self.closed:
+                entry.future.set_exception(Cancelled())
+                return
+            self.pending.append(entry)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.loop, name="dlmcode-schedule", daemon=True)
+                self.thread.start()
+            self.cond.notify_all()
+
+    def cancel(self, flag: threading.Event) -> None:
+        """Set a request's cancel flag and wake whoever waits on it (a decode blocked on a forward)."""
+        flag.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------ the scheduler thread
+
+    def loop(self) -> None:
+        """Admit, wait until every running decode asks for a forward or ends, answer the ended ones, forward."""
+        active: dict[int, Slot] = {}
+        entries: dict[int, Entry] = {}
+        numbers = itertools.count()
+        while self.admit(active, entries, numbers):
+            done, asking = self.batcher.settle(active)
+            for i in done:
+                self.finish(active.pop(i), entries.pop(i))
+            if not done and asking:
+                self.counters.forwards += 1
+                self.counters.rows += len(asking)
+                self.batcher.forward(asking)
+
+    def admit(self, active: dict[int, Slot], entries: dict[int, Entry], numbers: itertools.count) -> bool:
+        """Start waiting requests, oldest first, until `size` decode; block while there is nothing to do.
+        False once the queue is closed and nothing runs."""
+        with self.cond:
+            while not self.pending and not active and not self.closed:
+                self.cond.wait()
+            while self.pending and (self.closed or len(active) < self.size):
+                entry = self.pending.popleft()
+                if entry.cancel.is_set() or self.closed:  # the client left while this request waited: skip it
+                    entry.future.set_exception(Cancelled())
+                    continue
+                i = next(numbers)
+                entries[i], active[i] = entry, self.start(entry)
+            return bool(active) or not self.closed
+
+    def start(self, entry: Entry) -> Slot:
+        slot = Slot(self.cond, lambda: self.closed or entry.cancel.is_set())
+        work = functools.partial(self.engine.run, entry.req, entry.cancel, *([entry.emit] if entry.emit else []))
+        slot.thread = threading.Thread(target=self.batcher.work, args=(slot, work), name="dlmcode-decode", daemon=True)
+        slot.thread.start()
+        return slot
+
+    def finish(self, slot: Slot, entry: Entry) -> None:
+        """Hand a decode's answer, or its error, to its request: exactly once."""
+        if slot.error is None:
+            entry.future.set_result(slot.value)
+        elif isinstance(slot.error, Exception) and not isinstance(slot.error, Cancelled):
+            entry.future.set_exception(slot.error)
+        else:  # batch.Cancelled (stopped at a forward) or steps.Cancelled (between steps): the client left
+            entry.future.set_exception(Cancelled())
 
     def stop(self) -> None:
-        """The server is stopping: every request still queued is dropped, the one decoding ends after its step."""
-        for cancel in list(self.cancels):
-            cancel.set()
+        """The server is stopping: every request still queued is dropped, those decoding end at their next call."""
+        for flag in list(self.cancels):
+            self.cancel(flag)
 
     def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
         self.stop()
-        self.pool.shutdown(wait=False, cancel_futures=True)
