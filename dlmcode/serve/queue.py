@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..batch import Batcher, Slot
+from ..batch import Cancelled as BatchCancelled
 from .engine import Answer, Emit, Engine, Fill
 from .steps import Cancelled
 
@@ -51,6 +52,27 @@ class Entry:
     future: Future = field(default_factory=Future)
 
 
+class Solo(Slot):
+    """A decode's Slot that calls the model itself while it is the only one (`alone`): the same
+    batched forward with one row, without the hand-over to the scheduler thread and back (two
+    thread wake-ups a call, measured at about a tenth of a lone decode's time on a busy CPU).
+    A request that arrives meanwhile joins at this decode's next call, which goes through the batch."""
+
+    def __init__(self, cond: threading.Condition, stopped: Callable[[], bool], alone: Callable[[], bool],
+                 counted: Callable[[int], None]) -> None:  # fmt: skip
+        super().__init__(cond, stopped)
+        self.alone, self.counted = alone, counted
+
+    def submit(self, forward, tokens):
+        with self.cond:
+            if self.stopped():
+                raise BatchCancelled
+            solo = self.alone()
+            if solo:
+                self.counted(1)
+        return forward([tokens])[0] if solo else super().submit(forward, tokens)
+
+
 class Queue:
     """FIFO decode queue over one scheduler thread and up to `size` decode threads."""
 
@@ -62,6 +84,7 @@ class Queue:
         self.pending: deque[Entry] = deque()
         self.closed = False
         self.thread: threading.Thread | None = None
+        self.running = 0  # decodes started and not ended (the scheduler's count, read under the lock)
         self.waiting = 0  # requests queued or decoding
         self.counters = Counters()
         self.cancels: set[threading.Event] = set()  # one per request queued or decoding: `stop` sets them all
@@ -93,6 +116,7 @@ class Queue:
         finally:
             self.waiting -= 1
             self.cancels.discard(entry.cancel)
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a cancelled one's error: read, never logged
 
     def put(self, entry: Entry) -> None:
         with self.cond:
@@ -122,9 +146,11 @@ class Queue:
             done, asking = self.batcher.settle(active)
             for i in done:
                 self.finish(active.pop(i), entries.pop(i))
+            with self.cond:
+                self.running = len(active)
             if not done and asking:
-                self.counters.forwards += 1
-                self.counters.rows += len(asking)
+                with self.cond:
+                    self.counted(len(asking))
                 self.batcher.forward(asking)
 
     def admit(self, active: dict[int, Slot], entries: dict[int, Entry], numbers: itertools.count) -> bool:
@@ -140,14 +166,23 @@ class Queue:
                     continue
                 i = next(numbers)
                 entries[i], active[i] = entry, self.start(entry)
+            self.running = len(active)
             return bool(active) or not self.closed
 
     def start(self, entry: Entry) -> Slot:
-        slot = Slot(self.cond, lambda: self.closed or entry.cancel.is_set())
+        slot = Solo(self.cond, lambda: self.closed or entry.cancel.is_set(), self.alone, self.counted)
         work = functools.partial(self.engine.run, entry.req, entry.cancel, *([entry.emit] if entry.emit else []))
         slot.thread = threading.Thread(target=self.batcher.work, args=(slot, work), name="dlmcode-decode", daemon=True)
         slot.thread.start()
         return slot
+
+    def alone(self) -> bool:
+        """Whether one decode runs and none waits (called under the lock): it may call the model itself."""
+        return self.running == 1 and not self.pending
+
+    def counted(self, rows: int) -> None:
+        self.counters.forwards += 1
+        self.counters.rows += rows
 
     def finish(self, slot: Slot, entry: Entry) -> None:
         """Hand a decode's answer, or its error, to its request: exactly once."""
