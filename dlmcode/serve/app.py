@@ -67,7 +67,11 @@ class Server:
         for req in reqs:
             self.engine.check(req)
         live = Live(reqs, lambda req, emit: self.answer(request, req, emit))
-        await live.first()
+        try:
+            await live.first()
+        except BaseException:  # refused, the client left, or the server is stopping: no decode goes on
+            live.cancel()
+            raise
         return StreamingResponse(live.events(shape), media_type=media, headers={"Cache-Control": "no-cache"})
 
 
