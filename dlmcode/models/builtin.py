@@ -306,5 +306,5 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
         forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
-        run_rows=kvcache.run_rows(model, cfg.pad_id, device),
+        run_rows=kvcache.run_rows(model.hidden, model.logits, cfg.pad_id, device),
     )

@@ -119,11 +119,13 @@ def pad_keys(rows: list[Tensor]) -> Tensor:
 RowRun = tuple[Tensor, int, KV]  # one cached predict's run: (n,) ids at positions start.., its cache (kv.span set)
 
 
-def run_rows(model: Callable[..., Tensor], pad_id: int, device: torch.device) -> Callable[[list[RowRun]], list[Tensor]]:
-    """Several cached predicts' runs in at most two forwards of `model` (a Runner taking a key
-    mask and per-row starts, as builtin's): the full runs together (right-padded, as
-    forward.padded) and the partial runs together (each row's few positions against its own
-    cached keys, padded keys masked). Each gets back its (1, n, V) logits, as from `model`.
+def run_rows(hidden: Callable[..., Tensor], head: Callable[[Tensor], Tensor], pad_id: int,
+             device: torch.device) -> Callable[[list[RowRun]], list[Tensor]]:  # fmt: skip
+    """Several cached predicts' runs in at most two forwards of `hidden` (a Runner's hidden
+    states, taking a key mask and per-row starts, as builtin's): the full runs together
+    (right-padded, as forward.padded) and the partial runs together (each row's few positions
+    against its own cached keys, padded keys masked). Each gets back its (1, n, V) logits,
+    `head` applied to its own rows only (no (B, n, V) tensor of padding is ever made).
     Why: a partial run is a few positions, so a forward costs about the same for one row as for
     eight: sharing it is where batching pays on a CPU (batch.py routes the runs here)."""
 
@@ -145,8 +147,8 @@ def run_rows(model: Callable[..., Tensor], pad_id: int, device: torch.device) ->
         mask = torch.arange(max(keys), device=device)[None] < torch.tensor(keys, device=device)[:, None]  # (B, K)
         starts = torch.tensor([start for _, start, _ in rows], device=device)  # (B,)
         with torch.inference_mode():  # the batch runs in the batcher's thread; the caches are inference tensors
-            logits = model(ids, starts, RowsKV([kv for _, _, kv in rows], sizes), mask)  # (B, n, V)
-        return [logits[r : r + 1, :n].clone() for r, n in enumerate(sizes)]  # a copy: no row keeps the batch alive
+            states = hidden(ids, starts, RowsKV([kv for _, _, kv in rows], sizes), mask)  # (B, n, D)
+            return [head(states[r : r + 1, :n]) for r, n in enumerate(sizes)]  # (1, n_r, V) each
 
     return run
 
