@@ -152,6 +152,19 @@ def test_batch_sizes_out_of_range_are_refused():
             Engine(dlm, batch=size)
 
 
+def test_llama_vscode_n_cmpl_completions_share_forwards():
+    from test_serve import llama_vscode_body
+
+    answers = {}
+    for size in (1, 4):
+        app = make_app(Engine(tiny_dlm(PREFIX, SCRIPT)[0], lang="python", batch=size))
+        answers[size] = TestClient(app).post("/infill", json=llama_vscode_body(PREFIX, SUFFIX)).json()
+    got = answers[4]
+    assert [g["content"] for g in got] == [g["content"] for g in answers[1]] and [g["index"] for g in got] == [0, 1, 2]
+    c = app.state.server.queue.counters
+    assert c.answered == 3 and c.forwards < c.rows
+
+
 @pytest.mark.parametrize("n", [0, -1, 5, 10**9])
 def test_n_is_bounded(n):
     dlm, _ = tiny_dlm(PREFIX, SCRIPT)

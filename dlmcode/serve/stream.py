@@ -12,6 +12,7 @@ token in its text, a client already gone) still gets its 4xx; after that, each p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -55,7 +56,11 @@ class Live:
         loop = asyncio.get_running_loop()
 
         def emitter(i: int) -> Emit:
-            return lambda piece: loop.call_soon_threadsafe(self.items.put_nowait, (i, piece))
+            def emit(piece: str) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed: the server is stopping
+                    loop.call_soon_threadsafe(self.items.put_nowait, (i, piece))
+
+            return emit
 
         self.tasks = [asyncio.create_task(self.follow(i, answer(req, emitter(i)))) for i, req in enumerate(reqs)]
         self.open = len(reqs)  # fills not answered yet
