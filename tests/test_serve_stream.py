@@ -192,3 +192,36 @@ def test_a_client_that_leaves_mid_stream_stops_its_decode(live):
     assert gated.script.calls < len(LINES)  # stopped before its end
     r = httpx.post(f"{base}/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 48}, timeout=60)
     assert r.json()["content"] == LINES
+
+
+def test_many_streams_at_once_each_joined_once(live):
+    base, app, gated = live
+    gated.open.set()  # no holding here
+    bodies = [({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 48, "stream": True}, "/infill"),
+              ({"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 48, "stream": True, "n": 2}, "/v1/completions"),
+              ({"prompt": PREFIX, "suffix": SUFFIX, "options": {"num_predict": 48}}, "/api/generate")] * 4
+    joined: dict[int, list[str]] = {}
+    lock = threading.Lock()
+
+    def one(i: int, body: dict, path: str) -> None:
+        with httpx.stream("POST", f"{base}{path}", json=body, timeout=60) as r:
+            text = "".join(r.iter_text())
+        if path == "/api/generate":
+            parts = ["".join(json.loads(line)["response"] for line in text.splitlines())]
+        elif path == "/infill":
+            parts = ["".join(e["content"] for e in sse_events(text))]
+        else:
+            choices = [c for e in sse_events(text) for c in e["choices"]]
+            parts = ["".join(c["text"] for c in choices if c["index"] == k) for k in range(2)]
+        with lock:
+            joined[i] = parts
+
+    threads = [threading.Thread(target=one, args=(i, b, p)) for i, (b, p) in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(joined) == list(range(len(bodies)))
+    assert all(part == LINES for parts in joined.values() for part in parts)
+    counters = app.state.server.queue.counters
+    assert counters.answered == 16 and counters.cancelled == 0 and counters.failed == 0  # 4 x (1 + 2 + 1) fills
