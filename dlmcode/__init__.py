@@ -17,14 +17,14 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "load": "dlmcode.models",
-    "generate": "dlmcode.fill",
-    "infill": "dlmcode.fill",
-    "Result": "dlmcode.fill",
+    "generate": "dlmcode.jobs.fill",
+    "infill": "dlmcode.jobs.fill",
+    "Result": "dlmcode.jobs.fill",
     "DECODERS": "dlmcode.decoders",
-    "Canvas": "dlmcode.canvas",
-    "Step": "dlmcode.canvas",
+    "Canvas": "dlmcode.core.canvas",
+    "Step": "dlmcode.core.canvas",
     "Dlm": "dlmcode.models.base",
-    "DlmcodeError": "dlmcode.errors",
+    "DlmcodeError": "dlmcode.core.errors",
 }
 
 __all__ = sorted(_EXPORTS)

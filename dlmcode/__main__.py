@@ -1,5 +1,5 @@
 """`python -m dlmcode` runs the command line."""
 
-from .cli import main
+from .cli.commands import main
 
 main()

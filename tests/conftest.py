@@ -1,4 +1,5 @@
-"""Shared test fixtures: a tiny deterministic stand-in for a dLLM and a canvas builder.
+"""Shared test fixtures: a tiny deterministic stand-in for a dLLM and a canvas builder, and the
+skips of the `gpu` and `shipped` markers (pyproject.toml), decided here once.
 
 Keep this small and generic; put fixtures one test file needs in that file.
 """
@@ -6,16 +7,28 @@ Keep this small and generic; put fixtures one test file needs in that file.
 from __future__ import annotations
 
 import os
+from importlib import resources
+from pathlib import Path
 
 import pytest
 import torch
 
-from dlmcode.canvas import Canvas
+from dlmcode.core.canvas import Canvas
+
+SHIPPED_BUILTIN = Path(str(resources.files("dlmcode.weights") / "builtin" / "model.safetensors"))
 
 # Tests use tiny tensors: one intra-op thread avoids spin-waiting on busy shared CPUs, where two
 # threads made a tiny decode ~100x slower.
 torch.set_num_threads(1)
 os.environ.setdefault("DLMCODE_THREADS", "1")  # the CLI run in-process (CliRunner) sets threads from the load otherwise
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a `gpu` test without a CUDA device and a `shipped` test without the built-in weights."""
+    if item.get_closest_marker("gpu") and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if item.get_closest_marker("shipped") and not SHIPPED_BUILTIN.is_file():
+        pytest.skip(f"no shipped built-in weights ({SHIPPED_BUILTIN})")
 
 
 class TinyModel:
@@ -71,20 +84,29 @@ def make_tiny_model() -> type[TinyModel]:
     return TinyModel
 
 
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    """The folder of a tiny random built-in model (tests/tiny.py), one per test module: the CLI tests' -m."""
+    from tiny import tiny_builtin
+
+    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
+
+
 @pytest.fixture(name="make_canvas")
 def make_canvas_fixture():
     return make_canvas
 
 
-@pytest.fixture(autouse=True)
-def decoders_get_a_tiny_assistant(monkeypatch):
-    """Decoders that take an assistant (codila) default to a tiny random one for TinyModel's
-    vocabulary, so the contract tests, which build decoders by name, cover them too."""
+@pytest.fixture
+def tiny_assistant_decoders(monkeypatch):
+    """For this test, DECODERS' entries that take an assistant (codila) default to a tiny random one for
+    TinyModel's vocabulary, so tests that build every decoder by name run them too. Opt in with
+    `pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")`; other tests see the real registry."""
     import dataclasses
     import typing
 
-    from dlmcode.models.assistant import AssistantConfig, TinyAssistant
     from dlmcode.decoders import DECODERS
+    from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant
 
     for name, cls in DECODERS.items():
         if "assistant" in {f.name for f in dataclasses.fields(cls)}:

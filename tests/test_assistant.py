@@ -9,22 +9,21 @@ import os
 import shutil
 import sysconfig
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny import tiny_builtin
 from typer.testing import CliRunner
 
-from dlmcode import assistant as A
-from dlmcode import train_assistant as TA
-from dlmcode.attach import attach
-from dlmcode.cli import app
+from dlmcode.cli.commands import app
+from dlmcode.core import assistant as A
+from dlmcode.core.errors import ModelError, UsageError
 from dlmcode.decoders.codila import Codila
 from dlmcode.decoders.threshold import Threshold
-from dlmcode.errors import ModelError, UsageError
-from dlmcode.models import assistant as MA
+from dlmcode.jobs.fill import with_assistant
+from dlmcode.models import assistant_lm as MA
 from dlmcode.models import load
-from tiny import tiny_builtin
+from dlmcode.training import train_assistant as TA
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -136,22 +135,22 @@ def fitted(dlm) -> MA.TinyAssistant:
 
 
 def test_attach_passes_other_decoders_through_and_checks_the_tokenizer(dlm):
-    assert attach(Threshold(), dlm) == Threshold()
+    assert with_assistant(Threshold(), dlm) == Threshold()
     ours = fitted(dlm)
-    assert attach(dataclasses.replace(Codila(), assistant=ours), dlm).assistant is ours
+    assert with_assistant(dataclasses.replace(Codila(), assistant=ours), dlm).assistant is ours
     with pytest.raises(ModelError, match="does not share the tokenizer"):
-        attach(dataclasses.replace(Codila(), assistant=tiny(len(A.token_table(dlm.tokenizer)), sha="0" * 64)), dlm)
+        with_assistant(dataclasses.replace(Codila(), assistant=tiny(len(A.token_table(dlm.tokenizer)), sha="0" * 64)), dlm)
 
 
 def test_attach_without_an_assistant_says_how_to_train_one(dlm):
     other = dataclasses.replace(dlm, family="masked-lm")
     with pytest.raises(ModelError, match=r"codila needs an assistant for this model; train one with `dlmcode train-assistant"):
-        attach(Codila(), other)
+        with_assistant(Codila(), other)
 
 
 def test_attach_loads_a_path(dlm, tmp_path):
     MA.save(fitted(dlm), tmp_path / "a")
-    attached = attach(Codila(assistant=str(tmp_path / "a")), dlm)
+    attached = with_assistant(Codila(assistant=str(tmp_path / "a")), dlm)
     assert isinstance(attached.assistant, MA.TinyAssistant)
 
 
@@ -239,7 +238,7 @@ def test_a_hf_causal_lm_reads_soft_embeddings_and_round_trips(dlm, tmp_path):
     whole = torch.log_softmax(model(x)[:, -3:].float(), -1)  # next-token distributions without the model's cache
     assert torch.allclose(-(whole.exp() * whole).sum(-1), entropies, atol=1e-4)  # the cached decode saw the same
     MA.save(model, tmp_path / "hf")
-    again = attach(Codila(assistant=str(tmp_path / "hf")), dlm).assistant
+    again = with_assistant(Codila(assistant=str(tmp_path / "hf")), dlm).assistant
     assert isinstance(again, MA.HfAssistant) and torch.equal(A.decode(again, probs, 0.0, torch.Generator())[0], ids)
 
 

@@ -1,4 +1,4 @@
-"""Batching behind predict (dlmcode/batch.py over models/forward.py): padded forwards equal unpadded ones, and decodes
+"""Batching behind predict (dlmcode/jobs/batch.py over models/forward.py): padded forwards equal unpadded ones, and decodes
 give the same tokens and calls at every batch size (no Fast-dLLM batch-size drift)."""
 
 from __future__ import annotations
@@ -7,13 +7,12 @@ import threading
 
 import pytest
 import torch
+from tiny import SNIPPETS, tiny_builtin
 
-from dlmcode import fill
 from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
-from dlmcode.errors import UsageError
-from dlmcode import batch
-from tiny import SNIPPETS, tiny_builtin
+from dlmcode.core.errors import UsageError
+from dlmcode.jobs import batch, fill
 
 # (decoder, settings): a one-token baseline (sampled, so each job's own generator matters),
 # Fast-dLLM's threshold in blocks, and two seed decoders.

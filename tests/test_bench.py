@@ -12,13 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from tiny import SNIPPETS
 from typer.testing import CliRunner
 
 from dlmcode.bench import metrics, report, runner, suites
 from dlmcode.bench.metrics import Sample
-from dlmcode.cli import app
-from dlmcode.errors import InputError, UsageError
-from tiny import SNIPPETS, tiny_builtin
+from dlmcode.cli.commands import app
+from dlmcode.core.errors import InputError, UsageError
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -32,11 +32,6 @@ TASKS = [
 ]  # fmt: skip
 SUMMARY_FIELDS = {"n", "pass_at_1", "exact_match", "syntax_valid", "trivial", "tpf", "calls", "reopened", "tokens_per_s", "seconds"}
 SAMPLE_FIELDS = {"task", "decoder", "settings", "output", "passed", "breakage", "calls", "tpf", "seconds"}
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from dlmcode import spans, syntax
 from dlmcode.bench import metrics, runner
 from dlmcode.bench.sandbox import Limits
 from dlmcode.bench.suites import Task
-from dlmcode.cli import app
+from dlmcode.cli.commands import app
+from dlmcode.core.run import RunSettings
+from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
-from dlmcode.fill import Job
+from dlmcode.jobs.fill import Job
 from dlmcode.models.base import Dlm
-from dlmcode.run import RunSettings
-from dlmcode.syntax import Breakage, Region, breakage, check
+from dlmcode.text import spans, syntax
+from dlmcode.text.syntax import Breakage, Region, breakage, check
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -47,7 +48,7 @@ CHARS = Chars()
 def fill(text: str, fills: list[str], lang: str, span: tuple[int, int] | None = None) -> tuple[str, Breakage]:
     """Fill `text`'s markers (or its span) with `fills` through the plan/splice path; the output and its breakage."""
     room = max(1, *(len(f) for f in fills))
-    plan = spans.plan_infill(text, CHARS, MASK, span, room, 1_000_000)
+    plan = spans.plan_infill(text, Vocab(CHARS, MASK, 1_000_000), span, room)
     canvas = plan.canvas
     for positions, piece in zip(plan.positions, fills):
         ids = CHARS.encode(piece) + [PAD] * (len(positions) - len(piece))  # pad is dropped by splice
@@ -236,7 +237,7 @@ def test_an_error_next_to_the_hole_is_the_holes_one_further_is_the_users():
 
 
 def generated(prompt: str, continuation: str, lang: str = "python") -> tuple[str, Breakage]:
-    plan = spans.plan_generate(prompt, CHARS, MASK, max(1, len(continuation)), 1_000_000)
+    plan = spans.plan_generate(prompt, Vocab(CHARS, MASK, 1_000_000), max(1, len(continuation)))
     (positions,) = plan.positions
     ids = CHARS.encode(continuation) + [PAD] * (len(positions) - len(continuation))
     return finish(plan, plan.canvas.fill(torch.tensor(list(positions)), torch.tensor(ids)), lang)
@@ -257,7 +258,7 @@ def test_a_broken_prompt_keeps_its_own_error():
 
 
 def test_a_chat_reply_is_all_the_models():
-    plan = spans.plan_generate("write f", CHARS, MASK, 12, 1_000_000)
+    plan = spans.plan_generate("write f", Vocab(CHARS, MASK, 1_000_000), 12)
     (positions,) = plan.positions
     reply = "def f(:\n  1\n"
     canvas = plan.canvas.fill(torch.tensor(list(positions)), torch.tensor(CHARS.encode(reply)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -14,22 +13,20 @@ import torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from dlmcode import heldout, train  # noqa: E402
+from dlmcode.bench import heldout  # noqa: E402
 from dlmcode.models import builtin  # noqa: E402
+from dlmcode.training import evaluate  # noqa: E402
 
 WEIGHTS = Path(str(resources.files("dlmcode.weights") / "builtin"))
 GUARD_TASKS = 20  # held-out single lines in the regression guard
 GUARD_SYNTAX_OK = 0.5  # share filled without new breakage; the shipped model (v2) scores 0.65 on these 20 (v1: 0.60; a guard, not the benchmark)
-
-shipped = pytest.mark.skipif(not (WEIGHTS / "model.safetensors").exists(), reason="no shipped built-in model yet")
-
 
 @pytest.fixture(scope="module")
 def dlm():
     return builtin.load(WEIGHTS, torch.device("cpu"), torch.float32)
 
 
-@shipped
+@pytest.mark.shipped
 def test_shipped_files_are_small_and_typed():
     size = sum(p.stat().st_size for p in WEIGHTS.iterdir())
     assert size < 25 * 2**20
@@ -37,21 +34,22 @@ def test_shipped_files_are_small_and_typed():
     assert (WEIGHTS / "MODEL_CARD.md").exists()
 
 
-@shipped
-def test_loads_offline_in_under_five_seconds():
+@pytest.mark.shipped
+def test_loads_offline_without_transformers():
+    """The shipped model loads and predicts on torch, safetensors and tokenizers alone (what keeps it a few seconds on CPU)."""
     code = (
-        "import time, torch; t = time.perf_counter(); from pathlib import Path; "
+        "import sys, torch; from pathlib import Path; "
         "from dlmcode.models import builtin; "
         f"d = builtin.load(Path({str(WEIGHTS)!r}), torch.device('cpu'), torch.float32); "
         "d.predict(torch.tensor(d.tokenizer.encode('x = 1\\n'))); "
-        "import sys; assert 'transformers' not in sys.modules; print(time.perf_counter() - t)"
+        "print(' '.join(m for m in ('transformers', 'huggingface_hub') if m in sys.modules))"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert float(out.stdout.strip()) < 5.0, out.stdout
+    assert out.stdout.strip() == ""
 
 
-@shipped
+@pytest.mark.shipped
 def test_predicts_logits_aligned_to_positions(dlm):
     ids = torch.tensor(dlm.tokenizer.encode("def f(x):\n    return x + 1\n"), dtype=torch.long)
     ids[3] = dlm.mask_id
@@ -61,24 +59,24 @@ def test_predicts_logits_aligned_to_positions(dlm):
     assert {dlm.mask_id, dlm.pad_id, dlm.eos_id, dlm.bos_id} <= dlm.special_ids
 
 
-@shipped
+@pytest.mark.shipped
 @pytest.mark.slow
 def test_tokenizer_round_trips_every_stdlib_file(dlm):
     """Every corpus file (train and held-out, ~11 MB) decodes back byte for byte: ~10 s on an
     idle 2-core machine (parsing the stdlib is half of it); kept whole rather than sampled."""
-    files = train.corpus_files(train.stdlib_root(train.TrainConfig()))
+    files = heldout.corpus_files(heldout.stdlib_root())
     encs = dlm.tokenizer.tok.encode_batch(list(files.values()), add_special_tokens=False)
     bad = [p for p, e, text in zip(files, encs, files.values()) if dlm.tokenizer.decode(e.ids) != text]
     assert not bad
 
 
-@shipped
+@pytest.mark.shipped
 @pytest.mark.slow
 def test_heldout_single_lines_regression_guard(dlm):
     files = heldout.heldout_files()
     tasks = heldout.make_tasks(files, "line", GUARD_TASKS, seed=0)
-    outcomes = list(heldout.run_tasks(tasks, files, dlm, "low-confidence"))
-    summary = heldout.summarize(outcomes)
+    outcomes = list(evaluate.run_tasks(tasks, files, dlm, "low-confidence"))
+    summary = evaluate.summarize(outcomes)
     assert summary["syntax_ok"] >= GUARD_SYNTAX_OK, summary
 
 
@@ -99,7 +97,7 @@ def test_heldout_baselines():
     start = TOY["a.py"].index("    return y")
     task = heldout.Task("line", "a.py", start, start + len("    return y"), (6, 6))
     assert TOY["a.py"][task.start : task.end] == "    return y"
-    base = heldout.baselines(task, TOY["a.py"])
+    base = evaluate.baselines(task, TOY["a.py"])
     assert base["delete_ok"] and base["copy_ok"] and not base["copy_exact"]
 
 
@@ -109,7 +107,7 @@ def test_versus_puts_two_models_side_by_side():
            {"source": "packages", "decoder": "low-confidence", "kind": "span", "n": 100, "exact": 0.02, "token_accuracy": 0.1,
             "syntax_ok": 0.6}]  # fmt: skip
     new = [{**old[0], "exact": 0.12, "syntax_ok": 0.61}, {**old[1], "n": 50}, {**old[1], "kind": "lines"}]
-    lines = heldout.versus(old, new).splitlines()
+    lines = evaluate.versus(old, new).splitlines()
     assert lines[0] == ("| source | decoder | kind | n | exact v1 / v2 | token accuracy v1 / v2 | syntax ok v1 / v2 "
                         "| delete-line syntax ok | copy-previous syntax ok |")  # fmt: skip
     assert lines[2] == "| stdlib | low-confidence | line | 100 | 0.08 / **0.12** | 0.2262 / 0.2262 | 0.63 / 0.61 | 0.76 | 0.64 |"

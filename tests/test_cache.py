@@ -8,10 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from dlmcode import fill, models
-from dlmcode.canvas import Canvas, last
+from dlmcode import models
+from dlmcode.core.canvas import Canvas, last
+from dlmcode.core.errors import UsageError
 from dlmcode.decoders import build
-from dlmcode.errors import UsageError
+from dlmcode.jobs import fill
 from dlmcode.models import cache, dream, native_dream, native_llada
 from dlmcode.models.builtin import BuiltinConfig, DlmcodeDiffusionLM
 
@@ -198,13 +199,13 @@ def tiny_dlm(tmp_path_factory):
 
 
 def test_attach_gives_each_job_its_own_cached_predict(tiny_dlm):
-    assert cache.attach(tiny_dlm, "none") is tiny_dlm
-    one, two = cache.attach(tiny_dlm, "prefix", block=8), cache.attach(tiny_dlm, "prefix", block=8)
+    assert cache.with_cache(tiny_dlm, "none") is tiny_dlm
+    one, two = cache.with_cache(tiny_dlm, "prefix", block=8), cache.with_cache(tiny_dlm, "prefix", block=8)
     assert isinstance(one.predict, cache.CachedPredict) and one.predict is not two.predict
     assert one.predict.settings == cache.CacheSettings("prefix", 8, 0)
     nocache = dataclasses.replace(tiny_dlm, cached=None, family="masked-lm")
     with pytest.raises(UsageError, match="has no KV cache"):
-        cache.attach(nocache, "dual")
+        cache.with_cache(nocache, "dual")
 
 
 def test_generate_with_a_cache_through_fill(tiny_dlm):
@@ -290,7 +291,7 @@ def test_cli_cache_flag_and_speed_command(tiny_dlm, tmp_path):
 
     from typer.testing import CliRunner
 
-    from dlmcode.cli import app
+    from dlmcode.cli.commands import app
 
     model = str(tiny_dlm.name)
     prompt = tmp_path / "p.py"
@@ -313,7 +314,7 @@ def test_cli_cache_flag_and_speed_command(tiny_dlm, tmp_path):
 def test_speed_says_which_item_of_how_many_it_is_timing_one_line_each_without_a_terminal(tiny_dlm):
     from typer.testing import CliRunner
 
-    from dlmcode.cli import app
+    from dlmcode.cli.commands import app
 
     out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "8,12", "--gen", "4",
                                    "--block", "2", "-d", "threshold", "--cache", "dual"])  # fmt: skip
@@ -329,7 +330,7 @@ def test_speed_quick_is_a_small_grid_and_flags_given_still_win(tiny_dlm):
     from typer.testing import CliRunner
 
     from dlmcode.bench import speed
-    from dlmcode.cli import app
+    from dlmcode.cli.commands import app
 
     out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--quick", "--lengths", "8",
                                    "--gen", "4", "--block", "2", "--json"])  # fmt: skip
@@ -347,7 +348,7 @@ def test_speed_sets_threads_as_every_command_does(tiny_dlm, monkeypatch):
 
     from typer.testing import CliRunner
 
-    from dlmcode.cli import app
+    from dlmcode.cli.commands import app
 
     before = torch.get_num_threads()
     monkeypatch.setenv("DLMCODE_THREADS", str(before + 1))
@@ -391,7 +392,7 @@ def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
 
     from typer.testing import CliRunner
 
-    from dlmcode.cli import app
+    from dlmcode.cli.commands import app
 
     def rows(*extra):
         out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "16", "--gen", "6",

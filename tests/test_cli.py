@@ -10,17 +10,11 @@ import stat
 import pytest
 from typer.testing import CliRunner
 
-from dlmcode.cli import app
-from tiny import tiny_builtin
+from dlmcode.cli.commands import app
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.fixture
@@ -124,12 +118,12 @@ def test_in_place_replaces_atomically_and_keeps_permissions(model, source):
 
 
 def test_interrupt_during_in_place_leaves_file_intact(model, source, monkeypatch):
-    import dlmcode.fill
+    import dlmcode.jobs.fill
 
     def interrupted(self, follow=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(dlmcode.fill.Job, "run", interrupted)
+    monkeypatch.setattr(dlmcode.jobs.fill.Job, "run", interrupted)
     result = run("infill", source, "--span", "2", "-m", model, "--in-place")
     assert result.exit_code == 130
     assert source.read_text() == SOURCE
@@ -148,7 +142,7 @@ def test_generate_continues_prompt(model, tmp_path):
 
 
 def test_pipeline_infill_then_check(model):
-    from dlmcode import syntax
+    from dlmcode.text import syntax
 
     filled = run("infill", "-", "--span", "2", "-m", model, "-q", input=SOURCE)
     assert filled.exit_code == 0 and filled.stdout != SOURCE
@@ -396,7 +390,7 @@ def test_nothing_shows_while_torch_imports_unless_stderr_is_a_terminal(model, so
     import subprocess
     import sys
 
-    code = "import sys; from dlmcode.cli import main; sys.argv = ['dlmcode', *sys.argv[1:]]; main()"
+    code = "import sys; from dlmcode.cli.commands import main; sys.argv = ['dlmcode', *sys.argv[1:]]; main()"
     args = [sys.executable, "-c", code, "infill", str(source), "--span", "2", "-m", model]
     piped = subprocess.run(args, capture_output=True, text=True)
     assert piped.returncode == 0 and "importing torch" not in piped.stderr
@@ -422,7 +416,7 @@ def training_view(records):
 
     from rich.console import Console
 
-    from dlmcode import view
+    from dlmcode.cli import view
 
     out = io.StringIO()
     last = view.follow_training(iter(records), Console(file=out, width=120))
@@ -430,7 +424,7 @@ def training_view(records):
 
 
 def test_training_bar_ends_full_when_max_steps_ends_the_run():
-    from dlmcode.view import training_done
+    from dlmcode.cli.view import training_done
 
     step = {"step": 60, "loss": 2.5, "tok_s": 1000.0, "elapsed": 90.0, "budget": 120.0, "step_limit": 60}
     assert training_done(step) == 1.0 and training_done(step | {"step_limit": 0}) == 0.75
@@ -455,8 +449,8 @@ def module_command(module: str, *args: str):
 
 
 def test_training_settings_use_the_one_typed_parser():
-    from dlmcode.errors import UsageError
-    from dlmcode.train import parse_overrides
+    from dlmcode.core.errors import UsageError
+    from dlmcode.training.train import parse_overrides
 
     cfg = parse_overrides(["bf16=false", "lr=1e-3", "max_steps=7", "out=runs/x"])
     assert (cfg.bf16, cfg.lr, cfg.max_steps, cfg.out) == (False, 1e-3, 7, "runs/x")
@@ -469,22 +463,22 @@ def test_training_settings_use_the_one_typed_parser():
 
 
 def test_python_m_dlmcode_train_is_a_typer_command_with_one_line_errors():
-    done = module_command("dlmcode.train", "bf16=ture")
+    done = module_command("dlmcode.training.train", "bf16=ture")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "dlmcode: error: bad value 'ture' for training setting bf16 (expects bool)\n"
-    assert module_command("dlmcode.train", "--bogus").stderr.startswith("dlmcode: error: No such option: --bogus")
-    assert "key=value" in module_command("dlmcode.train", "--help").stdout
+    assert module_command("dlmcode.training.train", "--bogus").stderr.startswith("dlmcode: error: No such option: --bogus")
+    assert "key=value" in module_command("dlmcode.training.train", "--help").stdout
 
 
 def test_python_m_dlmcode_heldout_is_a_typer_command_over_the_same_parser():
-    from dlmcode.heldout import DEFAULT_SUITE, parse_settings
+    from dlmcode.training.evaluate import DEFAULT_SUITE, parse_settings
 
     assert parse_settings([]).suite() == DEFAULT_SUITE
     cfg = parse_settings(["line=5", "one_line=no", "decoders=threshold"])
     assert (cfg.suite(), cfg.one_line, cfg.decoders) == ({"line": 5}, False, "threshold")
-    done = module_command("dlmcode.heldout", "line=abc")
+    done = module_command("dlmcode.training.evaluate", "line=abc")
     assert done.returncode == 2 and done.stderr == "dlmcode: error: bad value 'abc' for evaluation setting line (expects int)\n"
-    assert "key=value" in module_command("dlmcode.heldout", "--help").stdout
+    assert "key=value" in module_command("dlmcode.training.evaluate", "--help").stdout
 
 
 def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
@@ -517,8 +511,8 @@ def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
 
 
 def test_thread_default_leaves_busy_cores_alone_and_takes_the_knob():
-    from dlmcode import cpu
-    from dlmcode.errors import UsageError
+    from dlmcode.cli import cpu
+    from dlmcode.core.errors import UsageError
 
     assert cpu.free_cores(2, 0.0, 2) == 2 and cpu.free_cores(2, 0.3, 2) == 1 and cpu.free_cores(2, 6.3, 2) == 1
     assert cpu.free_cores(8, 0.2, 8) == 7 and cpu.free_cores(8, 2.5, 8) == 5 and cpu.free_cores(64, 0.0, 16) == 16
@@ -534,7 +528,7 @@ def test_the_command_line_sets_threads_and_the_library_does_not(model, source):
     import sys
 
     code = ("import sys, torch; torch.set_num_threads(2); from dlmcode import models; models.load(sys.argv[1], device='cpu');"
-            " assert torch.get_num_threads() == 2; from dlmcode.cli import main; sys.argv = ['dlmcode', *sys.argv[2:]]; main()")
+            " assert torch.get_num_threads() == 2; from dlmcode.cli.commands import main; sys.argv = ['dlmcode', *sys.argv[2:]]; main()")
     args = [sys.executable, "-c", code, model, "infill", str(source), "--span", "2", "-m", model, "-q"]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     bad = subprocess.run(args, capture_output=True, text=True, env=env | {"DLMCODE_THREADS": "many"})
@@ -554,20 +548,21 @@ def test_dlmcode_alone_prints_its_help_once():
     assert result.stdout.count("Usage:") == 1 and "infill" in result.stdout and result.stderr == ""
 
 
-def test_a_config_json_asking_for_a_million_layers_fails_fast_without_allocating(model_copy, source):
+def test_a_config_json_asking_for_a_million_layers_fails_fast_without_allocating(model_copy, source, monkeypatch):
     """The shapes are checked against the weights' header before the model is built (it allocated 7.5 GB first)."""
     import resource
-    import time
 
+    from dlmcode.models import builtin
+
+    built = []
+    monkeypatch.setattr(builtin, "DlmcodeDiffusionLM", lambda *a, **k: built.append(a))
     edit_config(model_copy, n_layers=1_000_000)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    start = time.perf_counter()
     line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
-    seconds = time.perf_counter() - start
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
     assert line.startswith(f"dlmcode: error: model folder {str(model_copy)!r}: model.safetensors lacks 'blocks.")
     assert "config.json implies are missing; it says n_layers 1000000" in line
-    assert seconds < 10 and grown_mb < 200, (seconds, grown_mb)
+    assert built == [] and grown_mb < 200, grown_mb
 
 
 def test_the_shapes_config_json_implies_are_the_model_s_own():

@@ -11,12 +11,12 @@ import math
 import pytest
 import torch
 
-from dlmcode.assistant import block_loss
-from dlmcode.models.assistant import AssistantConfig, TinyAssistant
-from dlmcode.canvas import Canvas
+from dlmcode.core.assistant import block_loss
+from dlmcode.core.canvas import Canvas
+from dlmcode.core.errors import ModelError
 from dlmcode.decoders.codila import Codila, candidates, penalize, prefix_length
 from dlmcode.decoders.threshold import Threshold
-from dlmcode.errors import ModelError
+from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant
 
 
 def tiny_assistant(vocab: int, seed: int = 0, dim: int = 16) -> TinyAssistant:

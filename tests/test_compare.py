@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 
 import pytest
 from typer.testing import CliRunner
 
 from dlmcode.bench import runner
-from dlmcode.cli import app
-from dlmcode.errors import UsageError
-from tiny import tiny_builtin
+from dlmcode.cli.commands import app
+from dlmcode.core.errors import UsageError
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nx = [1, 2, 3]\n"
 ROW_FIELDS = {"decoder", "settings", "n", "errors", "breakage_rate", "syntax_valid", "exact_match", "trivial", "tpf", "calls",
               "reopened", "tokens_per_s", "seconds", "runs"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from dlmcode.corpus import build, clean, dedup, fetch, licenses, notices  # noqa: E402
+from dlmcode.core.files import read_jsonl  # noqa: E402
+from dlmcode.training.corpus import build, clean, dedup, fetch, licenses, notices  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 MIT = """MIT License
@@ -151,7 +152,9 @@ def wheel(cache: Path, name: str, files: dict[str, str], license_text: str, meta
 
 
 def humaneval_problem() -> str:
-    data = Path(build.__file__).parent.parent / "bench" / "data" / "HumanEval-SingleLineInfilling.jsonl.gz"
+    from dlmcode.bench.suites import infill_path
+
+    data = infill_path("single")
     row = json.loads(gzip.open(data, "rt").readline())
     return row["prompt"] + row["canonical_solution"] + row["suffix"]
 
@@ -190,7 +193,7 @@ def built(tmp_path_factory):
 
 
 def read(path: Path) -> dict[str, str]:
-    return {r["path"]: r["text"] for r in build.read_jsonl(path)}
+    return {r["path"]: r["text"] for r in read_jsonl(path)}
 
 
 def test_build_keeps_cleans_and_holds_out(built):
@@ -239,18 +242,19 @@ def test_download_refuses_a_file_whose_hash_differs(tmp_path):
 def test_heldout_rows_read_the_held_out_packages(tmp_path):
     import torch
 
-    from dlmcode import heldout
+    from dlmcode.bench import heldout
     from dlmcode.models import builtin, builtin_path
+    from dlmcode.training import evaluate
 
     code = "def pairs(items):\n    out = []\n    for a, b in zip(items, items[1:]):\n        out.append((a, b))\n    return out\n"
     build.write_jsonl(tmp_path / "eval.jsonl.gz", [build.File("toolz", "1.0", "toolz/toolz/pairs.py", code, "eval")])
     files = heldout.package_files(tmp_path)
     assert files == {"toolz/toolz/pairs.py": code}
     dlm = builtin.load(builtin_path(), torch.device("cpu"), torch.float32)
-    records = list(heldout.evaluate(dlm, {"low-confidence": {}}, {"line": 2}, one_line_rule=False, files=files, source="packages"))
+    records = list(evaluate.evaluate(dlm, {"low-confidence": {}}, {"line": 2}, one_line_rule=False, files=files, source="packages"))
     assert [r["event"] for r in records] == ["task", "task", "summary"]
     assert {r["path"] for r in records[:2]} == {"toolz/toolz/pairs.py"} and records[2]["source"] == "packages"
     assert records[2]["n"] == 2 and records[2]["baseline_delete_syntax_ok"] is not None
-    assert heldout.table(records[2:]).splitlines()[0].startswith("| source | decoder | kind | n |")
+    assert evaluate.table(records[2:]).splitlines()[0].startswith("| source | decoder | kind | n |")
     with pytest.raises(Exception, match="no held-out packages"):
         heldout.package_files(tmp_path / "missing")

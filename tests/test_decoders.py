@@ -16,9 +16,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlmcode.canvas import Canvas, Step
-from dlmcode.decoders import DECODERS, build, describe, parse_options
-from dlmcode.decoders import eb, factor, threshold
+from dlmcode.core.canvas import Canvas, Step
+from dlmcode.core.errors import UsageError
+from dlmcode.decoders import (
+    DECODERS,
+    build,
+    describe,
+    eb,
+    factor,
+    parse_options,
+    threshold,
+)
 from dlmcode.decoders.base import Revising
 from dlmcode.decoders.entropy import Entropy
 from dlmcode.decoders.factor import Factor
@@ -26,7 +34,8 @@ from dlmcode.decoders.low_confidence import LowConfidence
 from dlmcode.decoders.margin import Margin
 from dlmcode.decoders.random import Random
 from dlmcode.decoders.threshold import Threshold
-from dlmcode.errors import UsageError
+
+pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
 
 INF = float("inf")
 
@@ -141,7 +150,7 @@ def test_contract(name, options, kind, make_tiny_model, make_canvas):
     assert model.calls == steps[-1].calls, "calls must count real forward passes"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", DECODERS)
 def test_logits_on_a_gpu_decode_as_on_the_cpu(name, make_tiny_model, make_canvas):
     """The model on a GPU, the canvas on the CPU (as dlmcode runs them): the same steps as all on the CPU."""

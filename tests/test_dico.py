@@ -11,10 +11,10 @@ import itertools
 import pytest
 import torch
 
+from dlmcode.core.errors import UsageError
 from dlmcode.decoders import build
-from dlmcode.decoders.base import Block
+from dlmcode.decoders.base import BlockState
 from dlmcode.decoders.dico import DiCo, clusters, compound, conquer, margins, seeds
-from dlmcode.errors import UsageError
 
 
 def f64(*values: float) -> torch.Tensor:
@@ -170,7 +170,7 @@ def test_compound_is_the_share_of_the_top_two_at_blend_zero():
 def choose(decoder: DiCo, logits: torch.Tensor):
     ids = logits.argmax(-1)
     conf = torch.softmax(logits.double(), -1).gather(-1, ids[:, None]).squeeze(-1)
-    return decoder.choose(logits, ids, conf, Block(0, 1, len(logits), 0), torch.Generator()), conf
+    return decoder.choose(logits, ids, conf, BlockState(0, 1, len(logits), 0), torch.Generator()), conf
 
 
 def peaked(confs: list[float], vocab: int = 6) -> torch.Tensor:

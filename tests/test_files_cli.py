@@ -8,12 +8,11 @@ import signal
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from test_cli import SOURCE, run, source  # noqa: F401  (the CLI tests' helper and small-file fixture)
 
-from dlmcode import files
-from test_cli import SOURCE, model, run, source  # noqa: F401  (the CLI tests' fixtures: a tiny model, a small file)
+from dlmcode.core import files
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -104,7 +103,7 @@ def test_a_read_only_folder_is_refused_before_anything_loads(read_only_folder, t
 KILL_AT_WRITE = """
 import os, signal, sys
 os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)  # die the moment the new text would land
-from dlmcode.cli import main
+from dlmcode.cli.commands import main
 sys.argv = ["dlmcode", *sys.argv[1:]]
 main()
 """

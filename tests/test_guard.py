@@ -1,4 +1,4 @@
-"""The completability guard (dlmcode/guard.py): every decoder under it, the check on hand-made
+"""The completability guard (dlmcode/text/guard.py): every decoder under it, the check on hand-made
 partial fills, and the guarantee on random spans of real files in every language.
 
 The property tests use the built-in model's tokenizer (what users decode with) and stand-in
@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlmcode import fill, guard, models, spans, syntax
-from dlmcode.canvas import last
+from dlmcode import models
+from dlmcode.core.canvas import last
+from dlmcode.core.run import RunSettings
 from dlmcode.decoders import DECODERS, build
-from dlmcode.run import RunSettings
+from dlmcode.jobs import fill
+from dlmcode.text import guard, spans, syntax
+
+pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
 
 DATA = Path(__file__).parent / "data" / "guard"
 FILES = {"python": "sample.py", "c": "sample.c", "cpp": "sample.cpp", "java": "Sample.java",
@@ -276,7 +280,7 @@ def random_job(rnd: random.Random, source: str, lang: str, dlm) -> fill.Job:
     at = sum(len(line) + 1 for line in lines[:row]) + rnd.randrange(len(lines[row]) + 1)
     cut = min(rnd.randrange(0, 9), len(lines[row]) - (at - sum(len(line) + 1 for line in lines[:row])))
     marked = source[:at] + f"⟦fill:{rnd.randint(1, 12)}⟧" + source[at + cut :]
-    plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
+    plan = spans.plan_infill(marked, dlm.vocab, None, None)
     decoder = fill.make_decoder(name, run.options, None)
     return fill.Job(plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), predict=fill.exact_length(dlm))
 

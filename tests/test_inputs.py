@@ -11,15 +11,16 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import model, run  # noqa: F401  (the CLI tests' fixtures: a tiny model, the CLI in-process)
+from test_cli import run  # the CLI in-process, as the CLI tests run it
 
-from dlmcode import __version__, files
+from dlmcode import __version__
+from dlmcode.core import files
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    pass\n"
 # Runs the CLI in a fresh process and says on its last stderr line whether torch was imported.
-PROBE = ("import sys\nfrom dlmcode.cli import main\nsys.argv = ['dlmcode', *sys.argv[1:]]\n"
+PROBE = ("import sys\nfrom dlmcode.cli.commands import main\nsys.argv = ['dlmcode', *sys.argv[1:]]\n"
          "try:\n    main()\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
 
 

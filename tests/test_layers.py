@@ -16,12 +16,12 @@ import torch
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import dlmcode  # noqa: E402
-from dlmcode.models import assistant as MA  # noqa: E402
+from dlmcode.models import assistant_lm as MA  # noqa: E402
 from dlmcode.models import builtin  # noqa: E402
 
 PACKAGE = Path(dlmcode.__file__).parent
 WEIGHTS = Path(str(resources.files("dlmcode.weights")))
-ABOVE_MODELS = ("dlmcode.fill", "dlmcode.batch", "dlmcode.attach")  # jobs and what they hand decoders
+ABOVE_MODELS = ("dlmcode.jobs.fill", "dlmcode.jobs.batch", "dlmcode.jobs.attach")  # jobs and what they hand decoders
 
 # Fingerprints of the float32 logits below (12 evenly spaced values, the sum, the largest
 # magnitude) of the shipped weights (built-in v2, its assistant). The first ones (v1) were
@@ -50,18 +50,18 @@ def assert_logits(t: torch.Tensor, recorded: list[float]) -> None:
 def test_importing_the_decoders_loads_no_model_code():
     code = "import sys, dlmcode.decoders; print('\\n'.join(sorted(m for m in sys.modules if m.startswith('dlmcode'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert "dlmcode.decoders.codila" in out and "dlmcode.assistant" in out  # codila's kernels, yes
+    assert "dlmcode.decoders.codila" in out and "dlmcode.core.assistant" in out  # codila's kernels, yes
     assert [m for m in out if m.startswith("dlmcode.models") or m in ABOVE_MODELS] == []
 
 
 def test_the_assistant_kernels_hold_no_model():
-    import dlmcode.assistant as A
+    import dlmcode.core.assistant as A
 
     assert not [name for name, value in vars(A).items() if isinstance(value, type) and issubclass(value, torch.nn.Module)]
 
 
 def imported(path: Path, root: Path = PACKAGE.parent) -> set[str]:
-    """Absolute names of the modules a file imports (`from .. import fill` counts as dlmcode.fill)."""
+    """Absolute names of the modules a file imports (`from .. import fill` counts as dlmcode.jobs.fill)."""
     parts = path.relative_to(root).with_suffix("").parts
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -80,8 +80,8 @@ def test_imported_resolves_relative_imports(tmp_path):
     f = tmp_path / "dlmcode" / "models" / "x.py"
     f.write_text("import torch\nfrom .. import fill\nfrom ..batch import Batcher\nfrom . import cache\n")
     got = imported(f, tmp_path)
-    assert {"torch", "dlmcode.fill", "dlmcode.batch", "dlmcode.models.cache"} <= got
-    assert sorted(n for n in got if n.startswith(ABOVE_MODELS)) == ["dlmcode.batch", "dlmcode.batch.Batcher", "dlmcode.fill"]
+    assert {"torch", "dlmcode.jobs.fill", "dlmcode.jobs.batch", "dlmcode.models.cache"} <= got
+    assert sorted(n for n in got if n.startswith(ABOVE_MODELS)) == ["dlmcode.jobs.batch", "dlmcode.jobs.batch.Batcher", "dlmcode.jobs.fill"]
 
 
 def test_models_never_import_jobs():
@@ -91,10 +91,7 @@ def test_models_never_import_jobs():
     assert {k: v for k, v in bad.items() if v} == {}
 
 
-shipped = pytest.mark.skipif(not (WEIGHTS / "builtin" / "model.safetensors").exists(), reason="no shipped weights")
-
-
-@shipped
+@pytest.mark.shipped
 def test_shipped_builtin_logits_are_unchanged():
     model = builtin.load_model(WEIGHTS / "builtin", torch.device("cpu"), torch.float32)
     ids = (torch.arange(48) * 37 % (model.cfg.vocab_size - 4) + 4)[None]  # (1, 48), no special ids
@@ -102,7 +99,7 @@ def test_shipped_builtin_logits_are_unchanged():
         assert_logits(model(ids), BUILTIN_LOGITS)
 
 
-@shipped
+@pytest.mark.shipped
 def test_shipped_assistant_logits_are_unchanged():
     model = MA.load(MA.shipped_path())
     x = model.embed_ids((torch.arange(24) * 53 % model.vocab)[None])  # (1, 24, D)

@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 
+from dlmcode.core.errors import UsageError
 from dlmcode.decoders import build, mean_field, threshold
-from dlmcode.decoders.base import Block
+from dlmcode.decoders.base import BlockState
 from dlmcode.decoders.mean_field import BUFFER, MeanField, pairwise, select
-from dlmcode.errors import UsageError
 
 INF = float("inf")
 LN2 = math.log(2)
@@ -211,7 +211,7 @@ def test_choose_commits_the_selected_rows_with_q_as_score():
     logits[1] = logits[0]  # rows 0 and 1 alike
     ids = logits.argmax(-1)
     conf = torch.softmax(logits.double(), -1).max(-1).values
-    choice = MeanField(tau=0.95).choose(logits, ids, conf, Block(0, 1, 4, 0), torch.Generator())
+    choice = MeanField(tau=0.95).choose(logits, ids, conf, BlockState(0, 1, 4, 0), torch.Generator())
     rows, q = select(logits, 0.95, 2)
     assert choice.rows.tolist() == rows.tolist() == [3]
     assert torch.equal(choice.scores, q[rows])

@@ -3,17 +3,17 @@ fresh ones, which problems are the draft's, and how a job attaches one."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
 import torch
 
-from dlmcode import oracle, spans, syntax
+from dlmcode.core.errors import UsageError
+from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
-from dlmcode.errors import UsageError
-from dlmcode.models.builtin import BuiltinTokenizer
 from dlmcode.models import builtin_path
+from dlmcode.models.builtin import BuiltinTokenizer
+from dlmcode.text import oracle, spans, syntax
 
 MASK = -7  # never a real id: the plans below only use it to lay out holes
 
@@ -25,7 +25,7 @@ def tokenizer():
 
 def plan_of(text: str, tokenizer) -> spans.Plan:
     """A plan whose holes are the file's ⟦fill:N⟧ markers (no BOS/EOS: the canvas is text and holes)."""
-    return spans.plan_infill(text, tokenizer, MASK, None, None, 10_000)
+    return spans.plan_infill(text, Vocab(tokenizer, MASK, 10_000), None, None)
 
 
 def drafted(plan: spans.Plan, fills: list[list[int]]) -> torch.Tensor:
@@ -140,11 +140,11 @@ def test_attach_gives_only_decoders_that_take_an_oracle_one(tokenizer):
     text = "x = ⟦fill:3⟧\n"
     plan = plan_of(text, tokenizer)
     plain = build("factor")
-    assert oracle.attach(plain, plan, tokenizer, "python", text) is plain
-    guarded = oracle.attach(build("syntax-guard"), plan, tokenizer, "py", text)
+    assert oracle.with_oracle(plain, plan, tokenizer, "python", text) is plain
+    guarded = oracle.with_oracle(build("syntax-guard"), plan, tokenizer, "py", text)
     assert isinstance(guarded.oracle, oracle.SyntaxOracle) and guarded.oracle.lang == "python"
     with pytest.raises(UsageError, match="syntax-guard.*needs the code's language.*--lang"):
-        oracle.attach(build("syntax-guard"), plan, tokenizer, None, text)
+        oracle.with_oracle(build("syntax-guard"), plan, tokenizer, None, text, name="syntax-guard")
 
 
 def test_byte_edit_keeps_the_common_head_and_tail():
@@ -160,7 +160,7 @@ def test_the_speed_bench_hands_syntax_guard_an_oracle_of_its_canvas(tokenizer):
     from types import SimpleNamespace
 
     from dlmcode.bench import speed
-    from dlmcode.canvas import Canvas
+    from dlmcode.core.canvas import Canvas
 
     bos, mask = 1, 9999
     prompt = tokenizer.encode("def f(x):\n    return x\n")
@@ -179,8 +179,8 @@ def test_a_grammar_of_another_tree_sitter_is_one_line_under_the_oracle_too(monke
     # the oracle had a copy of syntax's parser that lost the ValueError branch: a traceback under syntax-guard
     import tree_sitter
 
-    from dlmcode import syntax
-    from dlmcode.errors import DlmcodeError
+    from dlmcode.core.errors import DlmcodeError
+    from dlmcode.text import syntax
 
     def built_for_another_abi(pointer):
         raise ValueError("Incompatible Language version 99")

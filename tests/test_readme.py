@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from dlmcode.readme import decoder_table
+from dlmcode.cli.readme import decoder_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

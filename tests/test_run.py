@@ -10,19 +10,14 @@ import torch
 from typer.testing import CliRunner
 
 import dlmcode
-from dlmcode import cli, fill
-from dlmcode.errors import UsageError
-from dlmcode.run import SEED_MAX, RunSettings
-from tiny import tiny_builtin
+from dlmcode.cli import commands as cli
+from dlmcode.core.errors import UsageError
+from dlmcode.core.run import SEED_MAX, ModelChoice, RunSettings
+from dlmcode.jobs import fill
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny_builtin(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 @pytest.mark.parametrize(
@@ -44,9 +39,9 @@ def test_bad_settings_are_one_usage_error(fields, says):
 
 
 def test_good_settings_are_kept_as_given_and_frozen():
-    run = RunSettings(model="m", device="cpu", dtype="float32", decoder="threshold", options={"tau": "0.5"},
+    run = RunSettings(model=ModelChoice("m", "cpu", "float32"), decoder="threshold", options={"tau": "0.5"},
                       temperature=0.0, seed=SEED_MAX, length="auto", lang="python", cache="dual", cache_refresh=2)  # fmt: skip
-    assert (run.model, run.seed, run.length, run.cache, run.cache_refresh) == ("m", SEED_MAX, "auto", "dual", 2)
+    assert (run.model.name, run.seed, run.length, run.cache, run.cache_refresh) == ("m", SEED_MAX, "auto", "dual", 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.seed = 1  # type: ignore[misc]
     assert dataclasses.replace(run, seed=4).seed == 4
@@ -73,13 +68,13 @@ def test_python_api_checks_its_keywords_before_loading_a_model(monkeypatch):
 
 
 def recording(monkeypatch):
-    """Wrap the CLI's model loader and fill's job builders: note each RunSettings they get, then do the real work."""
+    """Wrap the CLI's model loader and fill's job builders: note each ModelChoice and RunSettings they get, then do the real work."""
     seen: dict[str, list] = {"load": [], "infill": [], "generate": []}
     load, infill_job, generate_job = cli.load_model, fill.infill_job, fill.generate_job
 
-    def load_model(run, quiet):
-        seen["load"].append(run)
-        return load(run, quiet)
+    def load_model(choice, quiet):
+        seen["load"].append(choice)
+        return load(choice, quiet)
 
     def infill(source, span, dlm, run):
         seen["infill"].append(run)
@@ -104,11 +99,11 @@ def test_infill_builds_one_settings_object_from_its_flags_and_decodes_with_it(mo
              "--cache-refresh", "2", "--offline", "-q"]  # fmt: skip
     result = CliRunner().invoke(cli.app, ["infill", str(path), *flags])
     assert result.exit_code == 0, result.stderr
-    expected = RunSettings(model=model, device="cpu", dtype="float32", offline=True, decoder="threshold",
+    expected = RunSettings(model=ModelChoice(model, "cpu", "float32", offline=True), decoder="threshold",
                            options={"tau": "0.5", "block": "4"}, temperature=0.7, seed=3, length=6, lang="python",
                            cache="prefix", cache_refresh=2)  # fmt: skip
-    assert seen["load"] == [expected] and seen["infill"] == [expected]
-    assert seen["load"][0] is seen["infill"][0]  # built once, passed down
+    assert seen["load"] == [expected.model] and seen["infill"] == [expected]
+    assert seen["load"][0] is seen["infill"][0].model  # built once, passed down
     dlm = dlmcode.load(model, device="cpu", dtype="float32")
     same = dlmcode.infill(SOURCE, (7, 8), dlm=dlm, decoder="threshold", options={"tau": "0.5", "block": "4"},
                           temperature=0.7, seed=3, length=6, lang="python", cache="prefix", cache_refresh=2)  # fmt: skip
@@ -122,8 +117,8 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
     result = CliRunner().invoke(cli.app, ["generate", str(prompt), "-m", model, "--device", "cpu", "--length", "5",
                                           "--seed", "2", "--no-chat", "-q"])  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    expected = RunSettings(model=model, device="cpu", options={}, seed=2, length=5, lang="python")
-    assert seen["load"] == [expected] and seen["generate"] == [expected]
+    expected = RunSettings(model=ModelChoice(model, "cpu"), options={}, seed=2, length=5, lang="python")
+    assert seen["load"] == [expected.model] and seen["generate"] == [expected]
 
     for flags, says in [
         (["--length", "0"], "dlmcode: error: --length 0: give a positive number of tokens"),
@@ -138,8 +133,8 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
 def test_speed_loads_the_model_its_settings_name(model):
     from dlmcode.bench import speed
 
-    dlm, note = speed.load(RunSettings(model=model, device="cpu", dtype="float32"))
+    dlm, note = speed.load(ModelChoice(model, "cpu", "float32"))
     assert (dlm.device.type, dlm.dtype, note) == ("cpu", torch.float32, None)
     assert dlm.name == dlmcode.load(model, device="cpu", dtype="float32").name
     with pytest.raises(UsageError, match="^--shape times a random model of a published architecture: give it or --model, not both$"):
-        speed.load(RunSettings(model=model), shape="llada-8b")
+        speed.load(ModelChoice(model), shape="llada-8b")

@@ -1,4 +1,4 @@
-"""Exact tests of dlmcode.sampling: proposals, commit scores and step schedules, on hand-made numbers."""
+"""Exact tests of dlmcode.core.sampling: proposals, commit scores and step schedules, on hand-made numbers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dlmcode import sampling
+from dlmcode.core import sampling
 
 INF = float("inf")
 

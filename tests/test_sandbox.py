@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import tiny_builtin
 
 from dlmcode.bench import cgroup, harness, runner, sandbox, suites
 from dlmcode.bench.metrics import Sample
-from tiny import tiny_builtin
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -379,7 +379,7 @@ def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monke
 def test_dlmcode_bench_refuses_in_one_line_and_runs_unsafe_only_when_told(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from dlmcode.cli import app
+    from dlmcode.cli.commands import app
 
     model = str(tiny_builtin(tmp_path / "model"))
     suite = tmp_path / "one.jsonl"

@@ -12,8 +12,9 @@ from starlette.testclient import TestClient
 
 from dlmcode.serve import fim, length
 from dlmcode.serve.app import make_app
-from dlmcode.serve.engine import Engine, Fill
+from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
+from dlmcode.serve.request import Fill
 from dlmcode.serve.steps import Cancelled
 
 PREFIX = "def add(a, b):\n    "

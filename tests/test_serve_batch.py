@@ -12,11 +12,12 @@ import pytest
 from serve_tiny import Gated, tiny_dlm
 from starlette.testclient import TestClient
 
-from dlmcode.errors import UsageError
+from dlmcode.core.errors import UsageError
 from dlmcode.models import load
 from dlmcode.serve.app import make_app
-from dlmcode.serve.engine import BadRequest, Engine, Fill
+from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
+from dlmcode.serve.request import BadRequest, Fill
 from dlmcode.serve.steps import Cancelled
 
 PREFIX = "def add(a, b):\n    "

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from dlmcode.cli import app
+from dlmcode.cli.commands import app
 
 runner = CliRunner()
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from serve_tiny import tiny_dlm
+from serve_tiny import MASK, CharTokenizer, tiny_dlm
 from starlette.testclient import TestClient
 
 from dlmcode.serve import body as bodies
@@ -155,11 +157,38 @@ def test_header_games(c):
     still_serving(c)
 
 
-def test_mask_text_in_the_code_is_not_a_hole():
-    dlm, _ = tiny_dlm("", "1")
+class MaskReadingTokenizer(CharTokenizer):
+    """The char tokenizer, but "[MASK]" in the text is the mask token, as with a BPE tokenizer whose special tokens are on."""
+
+    def encode(self, text: str) -> list[int]:
+        parts = [CharTokenizer.encode(self, part) for part in text.split("[MASK]")]
+        return [i for n, part in enumerate(parts) for i in ([MASK] if n else []) + part]
+
+
+MASK_TEXT = "s = '[MASK]'\n"
+MASK_BODIES = [
+    ("/infill", {"input_prefix": MASK_TEXT, "input_suffix": "", "n_predict": 4}),
+    ("/infill", {"input_prefix": "x = ", "input_suffix": "\n" + MASK_TEXT, "n_predict": 4}),
+    ("/completion", {"prompt": MASK_TEXT, "n_predict": 4}),
+    ("/v1/completions", {"prompt": MASK_TEXT, "max_tokens": 4}),
+    ("/api/generate", {"prompt": MASK_TEXT, "stream": False, "options": {"num_predict": 4}}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), MASK_BODIES)
+def test_text_that_tokenizes_to_the_mask_token_is_refused_not_made_a_hole(path, body):
+    """The user's text must never put a hole in the canvas: the model would fill it and change their code."""
+    dlm, script = tiny_dlm("", "1")
+    dlm = dataclasses.replace(dlm, tokenizer=MaskReadingTokenizer())
+    assert MASK in dlm.tokenizer.encode(MASK_TEXT)  # the premise: this text does produce the mask id
     c = TestClient(make_app(Engine(dlm)))
-    r = c.post("/infill", json={"input_prefix": "s = '[MASK]'\n", "input_suffix": "", "n_predict": 4})
-    assert r.status_code == 200  # the char tokenizer never produces the mask id from text
+    r = c.post(path, json=body)
+    assert r.status_code == 400, r.text
+    text = message(path, r)
+    assert "mask token" in text and "\n" not in text
+    assert script.calls == 0  # refused before any decode
+    r = c.post("/infill", json={"input_prefix": "x = ", "input_suffix": "\n", "n_predict": 4})
+    assert r.status_code == 200  # text without it is still served
 
 
 def test_warning_beyond_localhost_without_a_key():
@@ -201,8 +230,8 @@ def test_stopping_the_queue_cancels_the_decode_in_flight():
     import asyncio
     import time as clock
 
-    from dlmcode.serve.engine import Fill
     from dlmcode.serve.queue import Queue
+    from dlmcode.serve.request import Fill
     from dlmcode.serve.steps import Cancelled
 
     dlm, _ = tiny_dlm(PREFIX, SCRIPT * 8, delay=0.2)

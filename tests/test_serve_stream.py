@@ -21,7 +21,8 @@ from starlette.testclient import TestClient
 from test_serve import llama_vim_body, ollama_body
 
 from dlmcode.serve.app import make_app
-from dlmcode.serve.engine import Engine, Fill
+from dlmcode.serve.engine import Engine
+from dlmcode.serve.request import Fill
 from dlmcode.serve.stream import sse
 
 PREFIX = "def add(a, b):\n    "

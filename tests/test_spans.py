@@ -6,9 +6,10 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from dlmcode.canvas import Canvas
-from dlmcode.errors import InputError, UsageError
-from dlmcode.spans import (
+from dlmcode.core.canvas import Canvas
+from dlmcode.core.errors import InputError, UsageError
+from dlmcode.core.vocab import Vocab
+from dlmcode.text.spans import (
     DEFAULT_MARKER_LENGTH,
     Hole,
     find_markers,
@@ -146,10 +147,10 @@ def test_parse_span_bad(value, message):
 
 def test_span_past_the_end_says_how_many_lines():
     with pytest.raises(UsageError) as err:
-        plan_infill(SOURCE, Chars(), MASK, (7, 8), None, 1000)
+        plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (7, 8), None)
     assert str(err.value) == "--span 7:8 is past the end of the file, which has 7 lines"
     with pytest.raises(UsageError) as err:
-        plan_infill("x = 1", Chars(), MASK, (2, 2), None, 1000)
+        plan_infill("x = 1", Vocab(Chars(), MASK, 1000), (2, 2), None)
     assert str(err.value) == "--span 2:2 is past the end of the file, which has 1 line"
 
 
@@ -161,7 +162,7 @@ def test_parse_span_checks_the_text_when_given():
 
 
 def test_last_line_is_in_range():
-    plan = plan_infill(SOURCE, Chars(), MASK, (7, 7), None, 1000)
+    plan = plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (7, 7), None)
     assert original(plan) == ["print(f(3))"]
 
 
@@ -169,7 +170,7 @@ def test_last_line_is_in_range():
 
 
 def test_line_span_keeps_its_last_newline_out_of_the_hole():
-    plan = plan_infill(SOURCE, Chars(), MASK, (3, 4), None, 1000)
+    plan = plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (3, 4), None)
     assert plan.holes == (Hole(11, 34, 23, user_text=True),)
     assert original(plan) == ["def f(x):\n    y = x + 1"]
     assert SOURCE[34] == "\n"
@@ -177,14 +178,14 @@ def test_line_span_keeps_its_last_newline_out_of_the_hole():
 
 def test_crlf_line_break_stays_out_of_the_hole():
     text = "a = 1\r\nb = 2\r\nc = 3\r\n"
-    plan = plan_infill(text, Chars(), MASK, (2, 2), None, 1000)
+    plan = plan_infill(text, Vocab(Chars(), MASK, 1000), (2, 2), None)
     assert original(plan) == ["b = 2"]
 
 
 def test_canvas_layout_exact():
     c = Chars()
     text = "ab\ncd\nef\n"
-    plan = plan_infill(text, c, MASK, (2, 2), None, 1000, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill(text, Vocab(c, MASK, 1000, bos_id=BOS, eos_id=EOS), (2, 2), None)
     assert plan.canvas.tokens.tolist() == [BOS, *c.encode("ab\n"), MASK, MASK, *c.encode("\nef\n"), EOS]
     assert plan.positions == (range(4, 6),)
     assert plan.canvas.mask_id == MASK
@@ -193,7 +194,7 @@ def test_canvas_layout_exact():
 
 def test_positions_are_exactly_the_canvas_holes(bpe):
     text = "x = ⟦fill:3⟧\ny = 2\n    ⟦fill⟧\nz = ⟦fill:1⟧ + 1\n"
-    plan = plan_infill(text, bpe, MASK, None, None, 1000, bos_id=BOS)
+    plan = plan_infill(text, Vocab(bpe, MASK, 1000, bos_id=BOS), None, None)
     holes = [p for p, h in enumerate(plan.canvas.holes.tolist()) if h]
     assert holes == [p for r in plan.positions for p in r]
     assert [len(r) for r in plan.positions] == [3, DEFAULT_MARKER_LENGTH, 1]
@@ -201,7 +202,7 @@ def test_positions_are_exactly_the_canvas_holes(bpe):
 
 
 def test_default_length_is_the_span_token_count(bpe):
-    plan = plan_infill(SOURCE, bpe, MASK, (3, 5), None, 1000)
+    plan = plan_infill(SOURCE, Vocab(bpe, MASK, 1000), (3, 5), None)
     expected = len(bpe.encode("def f(x):\n    y = x + 1\n    return y * 2"))
     assert plan.holes[0].length == expected
     assert len(plan.positions[0]) == expected
@@ -209,12 +210,12 @@ def test_default_length_is_the_span_token_count(bpe):
 
 
 def test_empty_line_span_gets_one_token():
-    plan = plan_infill(SOURCE, Chars(), MASK, (2, 2), None, 1000)
+    plan = plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (2, 2), None)
     assert plan.holes == (Hole(10, 10, 1, user_text=True),)
 
 
 def test_given_length_sizes_the_span():
-    plan = plan_infill(SOURCE, Chars(), MASK, (3, 3), 40, 1000)
+    plan = plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (3, 3), 40)
     assert plan.holes == (Hole(11, 20, 40, user_text=True),)
     assert plan.canvas.n_holes == 40
 
@@ -224,7 +225,7 @@ def test_given_length_sizes_the_span():
 
 @pytest.mark.parametrize("span", [(1, 1), (7, 7), (3, 5), (1, 7), (2, 2), (4, 4)])
 def test_unchanged_fill_round_trip(tok, span):
-    plan = plan_infill(SOURCE, tok, MASK, span, None, 1000, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill(SOURCE, Vocab(tok, MASK, 1000, bos_id=BOS, eos_id=EOS), span, None)
     filled = splice(plan, put_back(plan, tok, original(plan)), tok, drop_ids=frozenset({PAD}))
     assert filled.text == SOURCE
     assert filled.fills == original(plan)
@@ -233,7 +234,7 @@ def test_unchanged_fill_round_trip(tok, span):
 
 @pytest.mark.parametrize("span", [(1, 1), (2, 2), (3, 3), (4, 4), (1, 4), (2, 3)])
 def test_unchanged_fill_round_trip_unicode_last_line_without_newline(tok, span):
-    plan = plan_infill(UNICODE, tok, MASK, span, None, 1000, bos_id=BOS)
+    plan = plan_infill(UNICODE, Vocab(tok, MASK, 1000, bos_id=BOS), span, None)
     filled = splice(plan, put_back(plan, tok, original(plan)), tok)
     assert filled.text == UNICODE
 
@@ -241,13 +242,13 @@ def test_unchanged_fill_round_trip_unicode_last_line_without_newline(tok, span):
 def test_split_multibyte_char_decodes_whole_in_one_run(bpe):
     ids = bpe.encode("é")
     assert len(ids) == 2 and "\ufffd" in bpe.decode(ids[:1])  # é is two byte tokens here
-    plan = plan_infill("a = '⟦fill:2⟧'\n", bpe, MASK, None, None, 1000)
+    plan = plan_infill("a = '⟦fill:2⟧'\n", Vocab(bpe, MASK, 1000), None, None)
     assert splice(plan, fill_ids(plan, [ids]), bpe).text == "a = 'é'\n"
 
 
 def test_new_fill_span_lines_follow_the_new_text():
     c = Chars()
-    plan = plan_infill(SOURCE, c, MASK, (4, 4), 17, 1000)
+    plan = plan_infill(SOURCE, Vocab(c, MASK, 1000), (4, 4), 17)
     filled = splice(plan, fill_ids(plan, [c.encode("    a = 1\n    b=2")]), c)
     assert filled.text == "import os\n\ndef f(x):\n    a = 1\n    b=2\n    return y * 2\n\nprint(f(3))\n"
     assert filled.span_lines == [(4, 5)]
@@ -267,20 +268,20 @@ def test_find_markers():
 )
 def test_malformed_marker_is_an_error(marker):
     with pytest.raises(UsageError) as err:
-        plan_infill(f"x = 1\ny = {marker}\n", Chars(), MASK, None, None, 1000)
+        plan_infill(f"x = 1\ny = {marker}\n", Vocab(Chars(), MASK, 1000), None, None)
     assert str(err.value) == f"line 2: bad marker {marker!r}; write ⟦fill⟧ or ⟦fill:N⟧ with N tokens, N ≥ 1"
 
 
 def test_brackets_without_fill_are_text():
-    plan = plan_infill("s = '⟦a⟧ ⟦filler⟧'\nx = ⟦fill:2⟧\n", Chars(), MASK, None, None, 1000)
+    plan = plan_infill("s = '⟦a⟧ ⟦filler⟧'\nx = ⟦fill:2⟧\n", Vocab(Chars(), MASK, 1000), None, None)
     assert len(plan.holes) == 1
 
 
 def test_bare_marker_lengths():
     c = Chars()
     text = "a = ⟦fill⟧\nb = ⟦fill:3⟧\n"
-    assert [h.length for h in plan_infill(text, c, MASK, None, None, 1000).holes] == [DEFAULT_MARKER_LENGTH, 3]
-    assert [h.length for h in plan_infill(text, c, MASK, None, 5, 1000).holes] == [5, 3]
+    assert [h.length for h in plan_infill(text, Vocab(c, MASK, 1000), None, None).holes] == [DEFAULT_MARKER_LENGTH, 3]
+    assert [h.length for h in plan_infill(text, Vocab(c, MASK, 1000), None, 5).holes] == [5, 3]
 
 
 def test_markers_round_trip(tok):
@@ -288,7 +289,7 @@ def test_markers_round_trip(tok):
     template = "def g(x):\n    y = {}\n    {}\n    return {}\n{}\n"
     text = template.format(*regions)
     marked = template.format(*(f"⟦fill:{len(tok.encode(r))}⟧" for r in regions))
-    plan = plan_infill(marked, tok, MASK, None, None, 1000, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill(marked, Vocab(tok, MASK, 1000, bos_id=BOS, eos_id=EOS), None, None)
     assert [h.length for h in plan.holes] == [len(tok.encode(r)) for r in regions]
     assert [len(r) for r in plan.positions] == [h.length for h in plan.holes]
     assert plan.canvas.n_holes == sum(h.length for h in plan.holes)
@@ -300,7 +301,7 @@ def test_markers_round_trip(tok):
 
 def test_markers_canvas_layout_exact():
     c = Chars()
-    plan = plan_infill("a⟦fill:2⟧b\n⟦fill:1⟧\n", c, MASK, None, None, 1000, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill("a⟦fill:2⟧b\n⟦fill:1⟧\n", Vocab(c, MASK, 1000, bos_id=BOS, eos_id=EOS), None, None)
     assert plan.canvas.tokens.tolist() == [BOS, *c.encode("a"), MASK, MASK, *c.encode("b\n"), MASK, *c.encode("\n"), EOS]
     assert plan.positions == (range(2, 4), range(6, 7))
     assert plan.holes == (Hole(1, 9, 2), Hole(11, 19, 1))
@@ -308,13 +309,13 @@ def test_markers_canvas_layout_exact():
 
 def test_span_and_markers_together_is_an_error():
     with pytest.raises(UsageError) as err:
-        plan_infill("x = ⟦fill⟧\n", Chars(), MASK, (1, 1), None, 1000)
+        plan_infill("x = ⟦fill⟧\n", Vocab(Chars(), MASK, 1000), (1, 1), None)
     assert str(err.value) == "the file has ⟦fill⟧ markers: give --span or markers, not both"
 
 
 def test_no_span_no_markers():
     with pytest.raises(UsageError) as err:
-        plan_infill(SOURCE, Chars(), MASK, None, None, 1000)
+        plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), None, None)
     assert str(err.value) == "give --span A:B or put ⟦fill⟧ markers in the file"
 
 
@@ -324,45 +325,45 @@ def test_no_span_no_markers():
 @pytest.mark.parametrize("text", ["", "  \n\n"])
 def test_empty_text(text):
     with pytest.raises(InputError) as err:
-        plan_infill(text, Chars(), MASK, (1, 1), None, 1000)
+        plan_infill(text, Vocab(Chars(), MASK, 1000), (1, 1), None)
     assert str(err.value) == "the input is empty"
     with pytest.raises(InputError):
-        plan_generate(text, Chars(), MASK, 8, 1000)
+        plan_generate(text, Vocab(Chars(), MASK, 1000), 8)
 
 
 @pytest.mark.parametrize("length", [0, -3])
 def test_length_must_be_positive(length):
     with pytest.raises(UsageError) as err:
-        plan_infill(SOURCE, Chars(), MASK, (1, 1), length, 1000)
+        plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (1, 1), length)
     assert str(err.value) == f"--length must be at least 1, got {length}"
     with pytest.raises(UsageError):
-        plan_generate("x", Chars(), MASK, length, 1000)
+        plan_generate("x", Vocab(Chars(), MASK, 1000), length)
 
 
 def test_length_longer_than_context():
     with pytest.raises(UsageError) as err:
-        plan_infill(SOURCE, Chars(), MASK, (2, 3), 200, 100)
+        plan_infill(SOURCE, Vocab(Chars(), MASK, 100), (2, 3), 200)
     assert str(err.value) == "--length 200 is longer than the model's context (100 tokens)"
     with pytest.raises(UsageError) as err:
-        plan_generate("x = ", Chars(), MASK, 100, 100, bos_id=BOS)  # BOS takes a slot
+        plan_generate("x = ", Vocab(Chars(), MASK, 100, bos_id=BOS), 100)  # BOS takes a slot
     assert str(err.value) == "--length 100 is longer than the model's context (100 tokens)"
 
 
 def test_holes_and_middles_longer_than_context():
     text = "⟦fill:4⟧\n" + "x" * 20 + "\n⟦fill:4⟧\n"
     with pytest.raises(UsageError) as err:
-        plan_infill(text, Chars(), MASK, None, None, 20)
+        plan_infill(text, Vocab(Chars(), MASK, 20), None, None)
     assert str(err.value) == "the holes and the text between them need 30 tokens, more than the model's context (20 tokens)"
 
 
 def test_mask_token_in_text_is_refused(bpe):
     with pytest.raises(InputError) as err:
-        plan_infill("x = '[MASK]'\ny = 1\n", bpe, MASK, (2, 2), None, 1000)
+        plan_infill("x = '[MASK]'\ny = 1\n", Vocab(bpe, MASK, 1000), (2, 2), None)
     assert str(err.value) == f"the text contains the model's mask token (id {MASK}); remove it first"
 
 
 def test_unfinished_canvas_is_refused():
-    plan = plan_infill(SOURCE, Chars(), MASK, (1, 1), None, 1000)
+    plan = plan_infill(SOURCE, Vocab(Chars(), MASK, 1000), (1, 1), None)
     with pytest.raises(ValueError):
         splice(plan, plan.canvas, Chars())
 
@@ -375,7 +376,7 @@ LONG = "".join(f"line {i:03d}\n" for i in range(1, 101))  # 100 lines of 9 chars
 def test_window_exact_with_chars():
     c = Chars()
     # fixed: BOS + EOS + hole of 8 = 10; budget 40: head gets 2 lines (18), tail "\n" + 2 lines (19).
-    plan = plan_infill(LONG, c, MASK, (50, 50), None, 50, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill(LONG, Vocab(c, MASK, 50, bos_id=BOS, eos_id=EOS), (50, 50), None)
     start, end = LONG.index("line 048"), LONG.index("line 053")
     assert plan.window == (start, end)
     hole = LONG.index("line 050")
@@ -390,7 +391,7 @@ def test_window_exact_with_chars():
 
 def test_window_reaching_the_end_keeps_eos():
     c = Chars()
-    plan = plan_infill(LONG, c, MASK, (100, 100), None, 50, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill(LONG, Vocab(c, MASK, 50, bos_id=BOS, eos_id=EOS), (100, 100), None)
     assert plan.window[1] == len(LONG)
     assert plan.canvas.tokens.tolist()[-2:] == [c.encode("\n")[0], EOS]
     assert len(plan.canvas.tokens) <= 50
@@ -398,7 +399,7 @@ def test_window_reaching_the_end_keeps_eos():
 
 @pytest.mark.parametrize("context", [30, 64, 100, 257])
 def test_window_respects_context_and_splices_the_whole_file(bpe, context):
-    plan = plan_infill(LONG, bpe, MASK, (40, 42), None, context, bos_id=BOS, eos_id=EOS)
+    plan = plan_infill(LONG, Vocab(bpe, MASK, context, bos_id=BOS, eos_id=EOS), (40, 42), None)
     assert len(plan.canvas.tokens) <= context
     start, end = plan.window
     assert start == 0 or LONG[start - 1] == "\n"  # whole lines only
@@ -411,7 +412,7 @@ def test_window_respects_context_and_splices_the_whole_file(bpe, context):
 
 
 def test_window_is_about_symmetric(bpe):
-    plan = plan_infill(LONG, bpe, MASK, (50, 50), None, 120)
+    plan = plan_infill(LONG, Vocab(bpe, MASK, 120), (50, 50), None)
     start, end = plan.window
     before = len(bpe.encode(LONG[start : plan.holes[0].start_char]))
     after = len(bpe.encode(LONG[plan.holes[0].end_char : end]))
@@ -421,7 +422,7 @@ def test_window_is_about_symmetric(bpe):
 
 def test_markers_window_keeps_text_between_holes(bpe):
     text = LONG[:450] + "a = ⟦fill:3⟧\n" + LONG[450:500] + "b = ⟦fill:3⟧\n" + LONG[500:]
-    plan = plan_infill(text, bpe, MASK, None, None, 80)
+    plan = plan_infill(text, Vocab(bpe, MASK, 80), None, None)
     assert len(plan.canvas.tokens) <= 80
     assert plan.window[0] <= 450 and plan.window[1] >= plan.holes[1].end_char
     fills = [bpe.decode(bpe.encode("return result")[:3]), bpe.decode(bpe.encode("print(item")[:3])]
@@ -434,7 +435,7 @@ def test_markers_window_keeps_text_between_holes(bpe):
 
 def test_generate_canvas_and_trim_at():
     c = Chars()
-    plan = plan_generate("def f():\n", c, MASK, 8, 100, bos_id=BOS)
+    plan = plan_generate("def f():\n", Vocab(c, MASK, 100, bos_id=BOS), 8)
     assert plan.canvas.tokens.tolist() == [BOS, *c.encode("def f():\n"), *[MASK] * 8]
     assert plan.positions == (range(10, 18),)
     ids = [*c.encode("  ok"), EOS, *c.encode("zz"), PAD]
@@ -447,7 +448,7 @@ def test_generate_canvas_and_trim_at():
 
 def test_generate_window_drops_prompt_lines_from_the_start():
     c = Chars()
-    plan = plan_generate(LONG, c, MASK, 10, 30, bos_id=BOS)
+    plan = plan_generate(LONG, Vocab(c, MASK, 30, bos_id=BOS), 10)
     assert plan.window == (LONG.index("line 099"), len(LONG))
     assert len(plan.canvas.tokens) == 1 + 18 + 10
     filled = splice(plan, fill_ids(plan, [c.encode("line 101\n!")]), c)
@@ -456,7 +457,7 @@ def test_generate_window_drops_prompt_lines_from_the_start():
 
 
 def test_drop_ids_strip_pad_from_an_overlong_hole(bpe):
-    plan = plan_infill(SOURCE, bpe, MASK, (4, 4), 12, 1000)
+    plan = plan_infill(SOURCE, Vocab(bpe, MASK, 1000), (4, 4), 12)
     body = bpe.encode("    y = 0")
     ids = [body[0], PAD, *body[1:], *[PAD] * (10 - len(body)), EOS]
     filled = splice(plan, fill_ids(plan, [ids]), bpe, drop_ids=frozenset({PAD, EOS}))
@@ -467,7 +468,7 @@ def test_drop_ids_strip_pad_from_an_overlong_hole(bpe):
 
 def test_trim_then_drop_per_hole():
     c = Chars()
-    plan = plan_infill("a⟦fill:3⟧b⟦fill:3⟧c", c, MASK, None, None, 100)
+    plan = plan_infill("a⟦fill:3⟧b⟦fill:3⟧c", Vocab(c, MASK, 100), None, None)
     runs = [[PAD, *c.encode("x"), EOS], [*c.encode("y"), EOS, *c.encode("q")]]
     filled = splice(plan, fill_ids(plan, runs), c, drop_ids=frozenset({PAD}), trim_at=EOS)
     assert filled.text == "axbyc"
@@ -482,7 +483,7 @@ def test_round_trip_sweep_of_spans_and_windows(bpe):
         for last in range(first, n + 1, 11):
             for context in (20, 60, 300):
                 try:
-                    plan = plan_infill(text, bpe, MASK, (first, last), None, context, bos_id=BOS, eos_id=EOS)
+                    plan = plan_infill(text, Vocab(bpe, MASK, context, bos_id=BOS, eos_id=EOS), (first, last), None)
                 except UsageError:
                     continue  # the span alone does not fit this context
                 assert len(plan.canvas.tokens) <= context

@@ -1,4 +1,4 @@
-"""Tests for dlmcode.syntax: the language table, check() per grammar, Python's compile()
+"""Tests for dlmcode.text.syntax: the language table, check() per grammar, Python's compile()
 check, and the breakage rule between an input and a filled output."""
 
 import os
@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from dlmcode.errors import UsageError
-from dlmcode.syntax import LANGUAGES, Breakage, Problem, breakage, check, language_for
+from dlmcode.core.errors import UsageError
+from dlmcode.text.syntax import (
+    LANGUAGES,
+    Breakage,
+    Problem,
+    breakage,
+    check,
+    language_for,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -322,7 +329,7 @@ def test_table_entries_come_from_the_toml():
 
 
 def test_a_clash_in_the_table_is_refused():
-    from dlmcode.syntax import LanguageEntry, _check_unique
+    from dlmcode.text.syntax import LanguageEntry, _check_unique
 
     a = LanguageEntry("a", (".x",), "m", "f", aliases=("aa",))
     with pytest.raises(ValueError, match="claimed by two languages: aa"):
@@ -333,7 +340,7 @@ def test_a_clash_in_the_table_is_refused():
 
 
 def test_import_loads_neither_tree_sitter_nor_the_table():
-    code = ("import sys, dlmcode.syntax; "
+    code = ("import sys, dlmcode.text.syntax; "
             "print(sorted(m for m in ('tree_sitter', 'tomllib', 'importlib.resources') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

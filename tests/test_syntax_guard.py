@@ -9,13 +9,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dlmcode import fill, spans
-from dlmcode.canvas import Canvas
+from dlmcode.core.canvas import Canvas
+from dlmcode.core.errors import UsageError
+from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
 from dlmcode.decoders.factor import Factor
 from dlmcode.decoders.syntax_guard import SyntaxGuard
-from dlmcode.errors import UsageError
-from dlmcode.oracle import Verdict
+from dlmcode.jobs import fill
+from dlmcode.text import spans
+from dlmcode.text.oracle import Verdict
 
 V, MASK, GOOD, BAD = 10, 10, 1, 9  # vocabulary 0..9, mask id outside it
 
@@ -171,7 +173,7 @@ def test_a_job_without_a_language_says_so_in_one_line():
         def decode(self, ids):
             return "".join(map(chr, ids))
 
-    plan = spans.plan_infill("x = ⟦fill:2⟧\n", Tok(), 0, None, None, 100)
+    plan = spans.plan_infill("x = ⟦fill:2⟧\n", Vocab(Tok(), 0, 100), None, None)
     dlm = SimpleNamespace(tokenizer=Tok(), special_ids=frozenset(), predict=None)
     with pytest.raises(UsageError, match=r"^decoder 'syntax-guard' needs the code's language: name it with --lang"):
         fill.Job(plan, dlm, build("syntax-guard"), 0, None)

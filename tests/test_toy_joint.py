@@ -16,13 +16,12 @@ What these tests pin down, at temperature 1 over many seeds:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from dlmcode.canvas import Canvas
+from dlmcode.core.canvas import Canvas
 from dlmcode.decoders import build
 from dlmcode.decoders.mean_field import pairwise
 
@@ -117,8 +116,8 @@ def test_mean_field_cannot_see_phrases_whose_vocabularies_are_disjoint():
 
 def trained_assistant(support: list[tuple[int, ...]], vocab: int, steps: int = 300):
     """A tiny assistant trained on the joint, reading the oracle's marginals of the all-holes canvas."""
-    from dlmcode.assistant import block_loss
-    from dlmcode.models.assistant import AssistantConfig, TinyAssistant
+    from dlmcode.core.assistant import block_loss
+    from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant
 
     probs = oracle(support, vocab)(torch.full((len(support[0]),), vocab)).softmax(-1).float()  # (L, V)
     phrases = torch.tensor(support)  # (K, L)

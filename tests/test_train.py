@@ -14,9 +14,11 @@ import torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from dlmcode import train as T  # noqa: E402
-from dlmcode.errors import UsageError  # noqa: E402
+from dlmcode.bench import heldout as H  # noqa: E402
+from dlmcode.core.errors import UsageError  # noqa: E402
 from dlmcode.models import builtin  # noqa: E402
+from dlmcode.training import data as D  # noqa: E402
+from dlmcode.training import train as T  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FILES = ["textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "bisect.py", "colorsys.py"]
@@ -43,22 +45,22 @@ def micro(root: Path, out: Path, **kw) -> T.TrainConfig:
 
 
 def test_corpus_rules(mini_stdlib):
-    files = T.corpus_files(mini_stdlib)
+    files = H.corpus_files(mini_stdlib)
     assert sorted(files) == sorted(FILES)  # test folders and unparsable files are dropped
-    train, heldout = T.split(files)
+    train, heldout = H.split(files)
     assert set(train) | set(heldout) == set(files) and not set(train) & set(heldout)
-    assert T.file_list_hash(files) == T.file_list_hash(dict(files))
+    assert H.file_list_hash(files) == H.file_list_hash(dict(files))
 
 
 def test_heldout_split_is_about_five_percent():
     names = [f"pkg/mod{i}.py" for i in range(4000)]
-    share = sum(map(T.is_heldout, names)) / len(names)
+    share = sum(map(H.is_heldout, names)) / len(names)
     assert 0.03 < share < 0.07
 
 
 def test_tokenizer_is_line_aligned(mini_stdlib):
-    texts = list(T.corpus_files(mini_stdlib).values())
-    tok = T.train_tokenizer(texts, 384)
+    texts = list(H.corpus_files(mini_stdlib).values())
+    tok = builtin.train_tokenizer(texts, 384)
     a, b = "def f(x):\n    \n\treturn  x \n", "    y = [MASK] + '\\n'\n"
     assert tok.encode(a + b) == tok.encode(a) + tok.encode(b)
     assert tok.decode(tok.encode(a + b)) == a + b
@@ -69,15 +71,15 @@ def test_noise_invariants():
     rng = np.random.default_rng(0)
     nl = 5
     line_end = np.zeros(64, dtype=np.uint8)
-    line_end[nl] = T.IS_NEWLINE
-    x = np.array([T.BOS] + [10 + i % 7 if i % 6 else nl for i in range(1, 80)], dtype=np.int64)
+    line_end[nl] = D.IS_NEWLINE
+    x = np.array([D.BOS] + [10 + i % 7 if i % 6 else nl for i in range(1, 80)], dtype=np.int64)
     cfg = T.TrainConfig(seq=64)
     for _ in range(200):
         inp, tgt, msk = T.noise(x.copy(), 64, line_end, cfg, rng)
         assert len(inp) == len(tgt) == len(msk) == 64
-        assert inp[0] == T.BOS and not msk[0] and msk.any()
-        assert (inp[msk] == T.MASK).all() and (inp[~msk] == tgt[~msk]).all()
-        assert T.MASK not in tgt
+        assert inp[0] == D.BOS and not msk[0] and msk.any()
+        assert (inp[msk] == D.MASK).all() and (inp[~msk] == tgt[~msk]).all()
+        assert D.MASK not in tgt
 
 
 def test_micro_run_loss_goes_down(mini_stdlib, tmp_path):
@@ -126,9 +128,9 @@ def test_step_schedule():
 
 def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path):
     cfg = micro(mini_stdlib, tmp_path, seed=3)
-    tok = T.train_tokenizer(list(T.corpus_files(mini_stdlib).values()), cfg.vocab_size)
-    line_end = T.line_end_table(tok, cfg.vocab_size)
-    stream = T.encode_stream(tok, list(T.corpus_files(mini_stdlib).values()), line_end)
+    tok = builtin.train_tokenizer(list(H.corpus_files(mini_stdlib).values()), cfg.vocab_size)
+    line_end = D.line_end_table(tok, cfg.vocab_size)
+    stream = D.encode_stream(tok, list(H.corpus_files(mini_stdlib).values()), line_end)
     inline = T.batches(stream, line_end, cfg, 5)
     first = [next(inline) for _ in range(3)]
     again = T.step_batch(stream, line_end, cfg, 6)
@@ -154,8 +156,8 @@ def test_resume_is_exact(mini_stdlib, tmp_path):
 
 
 def test_training_from_a_tokenized_corpus(tmp_path):
-    """data=DIR trains on `python -m dlmcode.corpus tokenize`'s folder, validation split kept apart."""
-    from dlmcode.corpus import build, tokens
+    """data=DIR trains on `python -m dlmcode.training.corpus tokenize`'s folder, validation split kept apart."""
+    from dlmcode.training.corpus import build, tokens
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -168,7 +170,7 @@ def test_training_from_a_tokenized_corpus(tmp_path):
     assert last["files_train"] + last["files_valid"] == len(files)
     meta, train_ids, valid_ids = tokens.load(tmp_path / "tok")
     assert len(train_ids) == meta["tokens_train"] and train_ids.max() < 384
-    assert (train_ids == T.BOS).sum() == last["files_train"] and (valid_ids == T.EOS).sum() == len(valid)
+    assert (train_ids == D.BOS).sum() == last["files_train"] and (valid_ids == D.EOS).sum() == len(valid)
     cfg = replace(micro(STDLIB, tmp_path / "run", max_steps=4), data=str(tmp_path / "tok"))
     records = list(T.train(cfg))
     assert records[0]["source"] == "corpus" and records[0]["tokens_train"] == len(train_ids)
@@ -182,7 +184,7 @@ def test_v2_defaults_fit_the_size_budget_and_a_512_token_canvas(tmp_path):
     cfg = T.TrainConfig()
     assert cfg.seq >= 512
     model = builtin.DlmcodeDiffusionLM(T.model_config(cfg))
-    tok = T.train_tokenizer(["def f(x):\n    return x\n"] * 4, 384)
+    tok = builtin.train_tokenizer(["def f(x):\n    return x\n"] * 4, 384)
     builtin.save(model, tok, tmp_path / "v2", dtype=torch.bfloat16)
     size = sum(p.stat().st_size for p in (tmp_path / "v2").iterdir())
     assert size < 25_000_000, size

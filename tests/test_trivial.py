@@ -1,10 +1,10 @@
-"""The trivial-fill classifier: exact verdicts per language (dlmcode/trivial.py's table)."""
+"""The trivial-fill classifier: exact verdicts per language (dlmcode/text/trivial.py's table)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlmcode.trivial import TRIVIAL, is_trivial
+from dlmcode.text.trivial import TRIVIAL, is_trivial
 
 CASES = {
     "python": (

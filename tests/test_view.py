@@ -7,11 +7,12 @@ import io
 import torch
 from rich.console import Console
 
-from dlmcode import spans
+from dlmcode.cli.view import HOLE, CanvasView, summary
+from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
-from dlmcode.fill import Job
+from dlmcode.jobs.fill import Job
 from dlmcode.models.base import Dlm
-from dlmcode.view import HOLE, CanvasView, summary
+from dlmcode.text import spans
 
 MASK = 0
 
@@ -37,7 +38,7 @@ def fake_dlm() -> Dlm:
 
 def job() -> Job:
     dlm = fake_dlm()
-    plan = spans.plan_infill("a = 1\nb = 2\nc = 3\n", dlm.tokenizer, MASK, (2, 2), None, dlm.context)
+    plan = spans.plan_infill("a = 1\nb = 2\nc = 3\n", Vocab(dlm.tokenizer, MASK, dlm.context), (2, 2), None)
     return Job(plan, dlm, build("low-confidence"), seed=0, lang="python")
 
 
@@ -77,8 +78,8 @@ def test_summary_line_names_breakage():
 
 
 def test_a_reopened_hole_is_drawn_apart_from_a_fresh_one():
-    from dlmcode.canvas import Step
-    from dlmcode.view import REOPENED
+    from dlmcode.cli.view import REOPENED
+    from dlmcode.core.canvas import Step
 
     j = job()
     view = CanvasView(j, Console(file=io.StringIO()))

@@ -18,8 +18,12 @@ SNIPPETS = [
 
 def tiny_builtin(path: Path, seed: int = 0, context: int = 96) -> Path:
     """A random 1-layer model of the built-in architecture saved in its folder format."""
-    from dlmcode.models.builtin import BuiltinConfig, DlmcodeDiffusionLM, save
-    from dlmcode.train import train_tokenizer
+    from dlmcode.models.builtin import (
+        BuiltinConfig,
+        DlmcodeDiffusionLM,
+        save,
+        train_tokenizer,
+    )
 
     tokenizer = train_tokenizer(SNIPPETS * 4, 300)
     config = BuiltinConfig(vocab_size=tokenizer.tok.get_vocab_size(), dim=32, n_layers=1, n_heads=2, context=context)

@@ -202,7 +202,7 @@ def mount_point(version: int) -> Path | None:
 
 def remove_stale(found: Place) -> list[Path]:
     """The cgroups of benches that are gone (pid in the name dead), removed when empty."""
-    from ..files import alive
+    from ..core.files import alive
 
     removed = []
     for path in found.parent.glob(f"{PREFIX}*-*"):

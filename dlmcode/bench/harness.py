@@ -27,9 +27,9 @@ Reports, framed messages in the wire format below, go from the trusted parts of 
 to the bench: {"ready": True} once jailed, the judge's {"verdict": ...}, the reaper's
 {"end": ...} with the worker's exit, or {"error": ...} when the jail could not be built.
 """
+import _signal as signal  # not `signal`: it imports enum, a tenth of a start
 import os
 import resource
-import _signal as signal  # not `signal`: it imports enum, a tenth of a start
 import sys
 
 NOBODY = 65534  # the unprivileged user a root bench's tests run as

@@ -1,7 +1,7 @@
 """The live view of `compare` and `bench` on stderr: one row per decoder setting.
 
 Each row: a progress bar, pass@1 (where tests run), exact match against the original
-middle, the running breakage rate, the trivial-fill rate (dlmcode/trivial.py), TPF, calls,
+middle, the running breakage rate, the trivial-fill rate (dlmcode/text/trivial.py), TPF, calls,
 tokens reopened (by a remasking decoder) and completion tokens per second. Only
 draws; it animates only when stderr is a terminal (elsewhere a progress line a minute), and the
 final table is the same table without the progress bars.

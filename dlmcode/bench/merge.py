@@ -20,7 +20,8 @@ from pathlib import Path
 
 import typer
 
-from .. import decoders, syntax
+from .. import decoders
+from ..text import syntax
 from . import report, suites
 from .metrics import Sample, Tally
 from .runner import SAMPLES_FILE

@@ -7,7 +7,7 @@ Samples into the summary row of that setting. Definitions (docs/field.md C):
   (docs/field.md E);
 - syntax_valid: share of checked samples with no new syntax error (1 - breakage rate);
 - trivial: share of classified samples whose fill is only whitespace, comments and do-nothing
-  tokens (dlmcode/trivial.py: `pass`, `...`, `;`, `{}`), the cheap way to stay syntax-valid;
+  tokens (dlmcode/text/trivial.py: `pass`, `...`, `;`, `{}`), the cheap way to stay syntax-valid;
 - reopened: tokens the decoders took back in all (remasking decoders; TPF still counts holes);
 - unguarded: samples that asked for the guard but decoded unguarded (no filling of their holes
   parses: the code around them has errors); guard_share: the guard's checks' share of decode time;
@@ -48,7 +48,7 @@ class Sample:
     error: str | None = None  # why the task could not be decoded
     trivial: bool | None = None  # the fill only whitespace, comments, pass/...; None: not classified
     reopened: int = 0  # committed tokens the decoder took back
-    guarded: bool | None = None  # guard asked: True when it held, False when it could not (dlmcode/guard.py); None: not asked
+    guarded: bool | None = None  # guard asked: True when it held, False when it could not (dlmcode/text/guard.py); None: not asked
     guard_seconds: float = 0.0  # of `seconds`, the time the guard's checks took
 
     @property

@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import files
-from ..errors import InputError
+from ..core import files
+from ..core.errors import InputError
 from .metrics import Sample
 
 CSV_FIELDS = ("decoder", "sweep", "settings", "n", "errors", "pass_at_1", "exact_match", "syntax_valid",

@@ -23,14 +23,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .. import decoders, fill, spans, syntax, trivial
-from ..attach import attach
-from ..decoders.base import Decoder
-from ..errors import DlmcodeError, InputError, UsageError
-from .. import batch
+from .. import decoders
+from ..core.canvas import Decoder
+from ..core.errors import DlmcodeError, InputError, UsageError
+from ..core.run import CacheSettings, RunSettings
+from ..jobs import batch, fill
+from ..jobs.fill import with_assistant
 from ..models import cache as kvcache
 from ..models.base import Dlm
-from ..run import RunSettings
+from ..text import spans, syntax, trivial
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
 from .suites import Suite, Task
@@ -55,7 +56,7 @@ class Config:
     name: str
     decoder: Decoder
     sweep: dict[str, str] = field(default_factory=dict)  # this point's swept values
-    cache: kvcache.CacheSettings = field(default_factory=kvcache.CacheSettings)  # block: the decoder's
+    cache: CacheSettings = field(default_factory=CacheSettings)  # block: the decoder's
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -67,7 +68,7 @@ class Config:
 
     def model(self, dlm: Dlm) -> Dlm:
         """`dlm` behind a fresh cache for one decode (itself without one)."""
-        return kvcache.attach(dlm, self.cache.mode, self.cache.refresh, self.cache.block)
+        return kvcache.with_cache(dlm, self.cache.mode, self.cache.refresh, self.cache.block)
 
     @property
     def label(self) -> str:
@@ -119,13 +120,13 @@ def _points(name: str, given: dict[str, str], axes: dict[str, list[str]], temper
         yield Config(name, decoder, point, cache_settings(run, getattr(decoder, "block", 0)))
 
 
-def cache_settings(run: dict[str, str], block: int) -> kvcache.CacheSettings:
+def cache_settings(run: dict[str, str], block: int) -> CacheSettings:
     """-o/--sweep cache=... and cache_refresh=... as CacheSettings (a UsageError for bad values)."""
     try:
         refresh = int(run.get("cache_refresh", 0))
     except ValueError:
         raise UsageError(f"cache_refresh={run['cache_refresh']!r}: give a whole number of calls") from None
-    return kvcache.CacheSettings(run.get("cache", "none"), block, refresh)
+    return CacheSettings(run.get("cache", "none"), block, refresh)
 
 
 def _fields(name: str) -> set[str]:
@@ -141,7 +142,7 @@ class Infill:
     def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
         n = max(1, len(dlm.tokenizer.encode(task.canonical))) if task.canonical is not None else length
         marked = f"{task.prompt}⟦fill:{n}⟧{task.suffix}"
-        plan = spans.plan_infill(marked, dlm.tokenizer, dlm.mask_id, None, None, dlm.context, dlm.bos_id, dlm.eos_id)
+        plan = spans.plan_infill(marked, dlm.vocab, None, None)
         if len(plan.holes) != 1:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
         model = config.model(dlm)
@@ -239,7 +240,7 @@ def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, lengt
             limits: sandbox.Limits, done: Iterable[tuple] = (), batch_size: int = 1) -> Iterator[Sample]:  # fmt: skip
     """One Sample per task and setting not in `done`, task by task (every row advances together).
 
-    batch_size > 1: that many decodes share each model forward (dlmcode/batch.py), same Samples.
+    batch_size > 1: that many decodes share each model forward (dlmcode/jobs/batch.py), same Samples.
     """
     skip = set(done)
     todo = [(t, c) for t in tasks for c in configs if sample_key(t.task_id, c.name, c.settings, seed) not in skip]
@@ -415,7 +416,7 @@ class BenchRun:
     out: Path | None = None
     ranks: Ranks = field(default_factory=Ranks)
     strict: bool = True  # decoders were named: one that cannot run here is an error, not skipped
-    batch_size: int = 1  # decodes sharing each model forward (dlmcode/batch.py)
+    batch_size: int = 1  # decodes sharing each model forward (dlmcode/jobs/batch.py)
     suite: Suite = field(default_factory=lambda: Suite("", []))  # set by load()
     previous: dict[tuple, Sample] = field(default_factory=dict)  # samples found in --out, by key
     notes: list[str] = field(default_factory=list)  # what the user should know (printed on stderr)
@@ -508,7 +509,7 @@ def attach_all(configs: list[Config], dlm: Dlm, strict: bool) -> tuple[list[Conf
     kept, skipped = [], []
     for config in configs:
         try:
-            kept.append(dataclasses.replace(config, decoder=attach(config.decoder, dlm)))
+            kept.append(dataclasses.replace(config, decoder=with_assistant(config.decoder, dlm)))
         except DlmcodeError as err:
             if strict:
                 raise

@@ -19,11 +19,13 @@ from typing import Any
 
 import torch
 
-from .. import decoders, syntax
-from .. import fill as jobs
+from .. import decoders
+from ..jobs import fill as jobs
 from ..models import load
 from ..serve import length
-from ..serve.engine import Engine, Fill
+from ..serve.engine import Engine
+from ..serve.request import Fill
+from ..text import syntax
 from . import metrics, suites
 
 CEILING = 128  # llama.vim's and llama.vscode's default n_predict

@@ -29,12 +29,12 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import decoders
-from ..canvas import Canvas, Predict, last
-from ..fill import counting
-from ..errors import DlmcodeError, UsageError
+from ..core.canvas import Canvas, Predict, last
+from ..core.errors import DlmcodeError, UsageError
+from ..core.run import CacheSettings, ModelChoice
+from ..jobs.fill import counting
 from ..models import cache as kvcache
 from ..models.base import Dlm
-from ..run import RunSettings
 
 BASELINE = "low-confidence"  # one token per call: the reference every ratio is taken against
 TRAINING_FREE_TARGET = 0.10  # decoder overhead per call, as a share of a forward (issue 6 targets)
@@ -50,13 +50,13 @@ class SpeedConfig:
     names: tuple[str, ...] = ()  # decoders; () = every registered one
     seed: int = 0
     repeats: int = 1  # decodes per row; times are the fastest repeat (the least disturbed by other processes)
-    guard: bool = False  # every decoder guarded (dlmcode/guard.py; syntax-guard always is): the guard's time per call is a column
+    guard: bool = False  # every decoder guarded (dlmcode/text/guard.py; syntax-guard always is): the guard's time per call is a column
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) <= 0 or self.gen <= 0 or self.block < 0 or self.repeats < 1:
             raise UsageError("speed: prompt lengths, --gen and --repeats must be positive, --block >= 0")
         for mode in self.caches:
-            kvcache.CacheSettings(mode)  # a UsageError naming a bad mode
+            CacheSettings(mode)  # a UsageError naming a bad mode
         for name in self.names:
             decoders.build(name)  # a UsageError naming an unknown decoder
 
@@ -174,15 +174,15 @@ def options_for(name: str, block: int) -> dict[str, int]:
 
 
 def make_decoder(name: str, block: int, dlm: Dlm, guard: bool = False) -> decoders.Decoder:
-    """The decoder with `options_for` settings (guarded if asked); codila gets its assistant (dlmcode.attach)."""
-    from ..attach import attach
+    """The decoder with `options_for` settings (guarded if asked); codila gets its assistant (dlmcode.jobs.attach)."""
+    from ..jobs.fill import with_assistant
 
-    return attach(decoders.build(name, options_for(name, block) | ({"guard": True} if guard else {})), dlm)
+    return with_assistant(decoders.build(name, options_for(name, block) | ({"guard": True} if guard else {})), dlm)
 
 
 def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, seed: int) -> Row:
     """Decode `start` once with `decoder` behind a `mode` cache, timing every model call and the whole decode."""
-    inner = kvcache.attach(dlm, mode, block=getattr(decoder, "block", 0)).predict
+    inner = kvcache.with_cache(dlm, mode, block=getattr(decoder, "block", 0)).predict
     decoder = guarded(decoder, dlm, start)  # syntax-guard: its parses are timed as its own work
     timed = Timed(inner, dlm.device)
     taken: list[int] = []
@@ -215,7 +215,8 @@ def guard_time(decoder: decoders.Decoder, calls: int) -> float | None:
 def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
     """A decoder that takes a syntax oracle (syntax-guard) or runs guarded gets them for `start` (Python
     prompt, then holes) as a job gives them: a generate job's, the completion cut at end-of-text."""
-    from .. import fill, oracle, spans
+    from ..jobs import fill
+    from ..text import oracle, spans
 
     if not (oracle.wants(decoder) or getattr(decoder, "guard", False)):
         return decoder
@@ -253,7 +254,7 @@ def warm_decoder(dlm: Dlm, decoder: decoders.Decoder, modes: list[str]) -> None:
     use (milliseconds each), which would otherwise be charged to the decoder's first timed row."""
     short = canvas(dlm, 16, 8)
     for mode in modes:
-        predict = kvcache.attach(dlm, mode, block=getattr(decoder, "block", 0)).predict
+        predict = kvcache.with_cache(dlm, mode, block=getattr(decoder, "block", 0)).predict
         last(guarded(decoder, dlm, short)(short, predict, torch.Generator().manual_seed(0)))
 
 
@@ -335,22 +336,22 @@ def table(rows: list[Row], title: str) -> Any:
     return t
 
 
-def load(run: RunSettings, shape: str | None = None) -> tuple[Dlm, str | None]:
-    """The model `run` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
+def load(choice: ModelChoice, shape: str | None = None) -> tuple[Dlm, str | None]:
+    """The model `choice` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
     from .. import models
-    from ..errors import ModelError
+    from ..core.errors import ModelError
     from ..models.device import resolve_device, resolve_dtype
     from . import standins
 
-    name, device = run.model, run.device
+    name, device = choice.name, choice.device
     if shape is not None:
         if name is not None:
             raise UsageError("--shape times a random model of a published architecture: give it or --model, not both")
         where = resolve_device(device)
-        dlm = standins.published(shape, where, resolve_dtype(run.dtype, where))
+        dlm = standins.published(shape, where, resolve_dtype(choice.dtype, where))
         return dlm, f"{dlm.name}: random weights at the published shapes (times are real; TPF and outputs mean nothing)"
     try:
-        return models.load(name, device=device, dtype=run.dtype, family=run.family, trust_remote_code=run.trust_remote_code), None
+        return models.load(name, device=device, dtype=choice.dtype, family=choice.family, trust_remote_code=choice.trust_remote_code), None
     except ModelError:
         if name is not None:
             raise

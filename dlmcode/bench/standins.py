@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..models import cache
 from ..models.base import Dlm
 
@@ -47,7 +47,7 @@ SHAPES = {"llada-8b": ("llada", LLADA_8B), "dream-7b": ("dream", DREAM_7B)}
 def builtin_stand_in(device: torch.device, seed: int = 0) -> Dlm:
     """A random model of the built-in architecture and size, for timing when the trained weights are not installed."""
     from ..models import builtin
-    from ..train import train_tokenizer
+    from ..models.builtin import train_tokenizer
 
     text = [p.read_text(encoding="utf-8") for p in sorted(Path(__file__).parent.parent.rglob("*.py"))]
     tok = train_tokenizer(text, builtin.BuiltinConfig().vocab_size)
@@ -66,7 +66,14 @@ def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: d
 
     `overrides` replace config.json fields (tests shrink the model with them).
     """
-    from ..models import builtin, builtin_path, dream, native, native_dream, native_llada
+    from ..models import (
+        builtin,
+        builtin_path,
+        dream,
+        native,
+        native_dream,
+        native_llada,
+    )
 
     if shape not in SHAPES:
         raise UsageError(f"--shape {shape!r}: use one of {', '.join(SHAPES)}")

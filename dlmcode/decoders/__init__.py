@@ -10,9 +10,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from .. import settings
-from ..errors import UsageError
-from .base import Decoder
+from ..core import settings
+from ..core.canvas import Decoder
+from ..core.errors import UsageError
 from .codila import Codila
 from .dico import DiCo
 from .dus import Dus
@@ -85,7 +85,7 @@ def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
 
 
 def _convert(raw: str, hint: Any) -> Any:
-    return settings.convert(raw, hint)  # the one key=value parser (dlmcode/settings.py): no inf/nan, no misspelt bools
+    return settings.convert(raw, hint)  # the one key=value parser (dlmcode/core/settings.py): no inf/nan, no misspelt bools
 
 
 def type_name(hint: Any) -> str:

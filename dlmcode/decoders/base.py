@@ -14,17 +14,16 @@ decode of n holes makes at most n + reopens(n) calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import math
-
 import torch
 from torch import Tensor
 
-from .. import sampling
-from ..canvas import Canvas, Predict, Step
+from ..core import sampling
+from ..core.canvas import Canvas, Predict, Step
 
 EMPTY = torch.empty(0, dtype=torch.long)
 
@@ -34,7 +33,7 @@ def setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
-class Block(NamedTuple):
+class BlockState(NamedTuple):
     """Where a block decoder is: which block, how many, its size at the start, the step in it."""
 
     number: int
@@ -62,13 +61,13 @@ def blocks(canvas: Canvas, size: int) -> list[Tensor]:
 
 
 @dataclass(frozen=True)
-class Decoder:
+class BaseDecoder:
     """Base of every decoder: settings every decoder has."""
 
     temperature: float = setting(0.0, "0 = argmax tokens; > 0 samples them (Gumbel-max in float64)")
     block: int = setting(0, "holes per semi-autoregressive block, left to right; 0 = one block")
     guard: bool = setting(False, "commit only tokens after which the holes left can still be filled so that the file parses")
-    completer: Any = field(default=None, repr=False, compare=False, metadata={"internal": True})  # the job's Guard (dlmcode.guard)
+    completer: Any = field(default=None, repr=False, compare=False, metadata={"internal": True})  # the job's Guard (dlmcode.text.guard)
 
     def __post_init__(self) -> None:
         check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
@@ -77,7 +76,7 @@ class Decoder:
     def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
         return blockwise(self, canvas, predict, rng)
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         """Which active holes to commit, given their logits (H, V), proposed ids and confidences (H,)."""
         raise NotImplementedError
 
@@ -98,7 +97,7 @@ def check(ok: bool, name: str, value: Any, why: str) -> None:
         raise ValueError(f"{name}={value!r} {why}")
 
 
-def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
+def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
     """The semi-autoregressive loop: per block, call the model until the block has no holes.
 
     Guarded, a proposal the guard leaves for later is owed: the decoder no longer sees it (so
@@ -119,7 +118,7 @@ def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Gen
             visible = active if gate is None else active[~torch.isin(active, owed)]
             pos, ids, scores = EMPTY, EMPTY, torch.empty(0)
             if visible.numel():
-                pos, ids, scores = propose(decoder, logits, canvas, visible, Block(number, len(runs), len(positions), step), rng)
+                pos, ids, scores = propose(decoder, logits, canvas, visible, BlockState(number, len(runs), len(positions), step), rng)
             if gate is not None:
                 pos, ids, scores, owed = through_gate(gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng)
             canvas = canvas.fill(pos, ids)
@@ -128,7 +127,7 @@ def blockwise(decoder: Decoder, canvas: Canvas, predict: Predict, rng: torch.Gen
             step += 1
 
 
-def propose(decoder: Decoder, logits: Tensor, canvas: Canvas, active: Tensor, block: Block,
+def propose(decoder: BaseDecoder, logits: Tensor, canvas: Canvas, active: Tensor, block: BlockState,
             rng: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """The decoder's choice among the active holes: their positions, proposed ids and scores."""
     rows = logits[active]  # (H, V)
@@ -139,7 +138,7 @@ def propose(decoder: Decoder, logits: Tensor, canvas: Canvas, active: Tensor, bl
     return active[chosen], ids[choice.rows].to(active.device), choice.scores.to(active.device)
 
 
-# ---------------------------------------------------------------- the guard (dlmcode/guard.py)
+# ---------------------------------------------------------------- the guard (dlmcode/text/guard.py)
 
 
 def open_gate(decoder: Any, canvas: Canvas) -> Any:
@@ -184,7 +183,7 @@ class Window(NamedTuple):
     holes: Tensor  # (P,) bool: still a hole
     current: Tensor  # (P,) bool: in the active block
     upto: Tensor  # (P,) bool: in the active block or an earlier one
-    block: Block
+    block: BlockState
     calls: int  # this call's number, 1-based
     span: int  # writable positions in all (the holes the decode started with)
     mask_id: int
@@ -199,7 +198,7 @@ class Revision(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Revising(Decoder):
+class Revising(BaseDecoder):
     """A decoder that sees committed tokens too and may reopen them (`revise`); it may keep state
     for one decode in `memory`, a fresh dict per decode."""
 
@@ -248,7 +247,7 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
         while bool(canvas.holes[span][upto].any()):
             logits = predict(canvas.tokens)  # (L, V)
             calls += 1
-            block = Block(number, len(runs), len(positions), step)
+            block = BlockState(number, len(runs), len(positions), step)
             window = _window(canvas, span, logits, decoder.temperature, rng, current, upto, block, calls)
             revision = decoder.revise(window, memory, rng)
             commit, scores, reopen = _checked(revision, window, budget)
@@ -268,7 +267,7 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
 
 
 def _window(canvas: Canvas, span: Tensor, logits: Tensor, temperature: float, rng: torch.Generator,
-            current: Tensor, upto: Tensor, block: Block, calls: int) -> Window:  # fmt: skip
+            current: Tensor, upto: Tensor, block: BlockState, calls: int) -> Window:  # fmt: skip
     rows = logits[span]  # (P, V)
     device = rows.device
     holes = canvas.holes[span].to(device)  # (P,)

@@ -9,7 +9,7 @@ is UNVERIFIED). One dLLM call per step; the assistant runs on all candidates in 
            the one most confident hole of the window by the dLLM;
   verify:  the dLLM's threshold schedule over the window's holes, with the confidence of holes
            where the assistant's top-1 differs from the dLLM's top-1 lowered (form UNVERIFIED).
-The assistant is passed in (`dataclasses.replace(decoder, assistant=...)`; dlmcode.attach.attach
+The assistant is passed in (`dataclasses.replace(decoder, assistant=...)`; dlmcode.jobs.fill.with_assistant
 does it for the CLI): decoders load nothing.
 """
 
@@ -23,16 +23,16 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .. import sampling
-from ..assistant import TRAIN_HINT, Assistant, decode, marginals
-from ..canvas import Canvas, Predict, Step
-from ..errors import ModelError
-from .base import Decoder, check, open_gate, setting
+from ..core import sampling
+from ..core.assistant import TRAIN_HINT, Assistant, decode, marginals
+from ..core.canvas import Canvas, Predict, Step
+from ..core.errors import ModelError
+from .base import BaseDecoder, check, open_gate, setting
 from .threshold import select as threshold_select
 
 
 @dataclass(frozen=True)
-class Codila(Decoder):
+class Codila(BaseDecoder):
     """A small left-to-right assistant writes each run of `block` holes from the model's predictions, so a run agrees (CoDiLA)."""
 
     block: int = setting(4, "holes the assistant writes together as one run")  # CoDiLA's block B
@@ -56,7 +56,7 @@ class Codila(Decoder):
         if canvas.n_holes and self.assistant is None:
             raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")
         if canvas.n_holes and isinstance(self.assistant, str):
-            raise ModelError(f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.attach.attach")
+            raise ModelError(f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.jobs.fill.with_assistant")
         gate = open_gate(self, canvas)
         for index in range(canvas.n_holes):  # every step commits at least one hole (guarded too)
             if not canvas.n_holes:

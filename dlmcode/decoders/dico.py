@@ -18,13 +18,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .. import sampling
+from ..core import sampling
 from . import factor, threshold
-from .base import Block, Choice, Decoder, check, setting
+from .base import BaseDecoder, BlockState, Choice, check, setting
 
 
 @dataclass(frozen=True)
-class DiCo(Decoder):
+class DiCo(BaseDecoder):
     """Commits sure holes in parallel inside small clusters of neighbours spread over the fill; a stricter rule finishes the last few (DiCo)."""
 
     seeds: int = setting(4, "clusters started per call (the paper finds 2 to 10 alike)")  # N; 4 is ours
@@ -51,7 +51,7 @@ class DiCo(Decoder):
         check(0 <= self.blend <= 1, "blend", self.blend, "must be in [0, 1]")
         check(0 <= self.final_tau <= 1, "final_tau", self.final_tau, "must be in [0, 1]")
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         """Divide and Conquer while they commit more than `stall` holes a call, else Finalize.
 
         "Alternate until convergence" is read call by call, with no state kept between calls:

@@ -20,16 +20,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import Block, Choice, Decoder, setting
+from .base import BaseDecoder, BlockState, Choice, setting
 
 
 @dataclass(frozen=True)
-class Dus(Decoder):
+class Dus(BaseDecoder):
     """Commits each block of `block` holes in about log2(block) calls, never two neighbouring holes in one call (DUS)."""
 
     block: int = setting(8, "holes per block, each block committed in about log2(block) calls; 0 = all holes in one block")  # B: ceil(log2 B) calls, TPF about B / log2 B
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         groups = dilated_groups(block.holes)
         left = groups[groups >= block.step + 1]  # (H,) the group of each hole still open, in position order
         rows = (left == block.step + 1).nonzero().squeeze(-1).to(conf.device)

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import sampling
-from .base import Block, Choice, Decoder, check, setting
+from ..core import sampling
+from .base import BaseDecoder, BlockState, Choice, check, setting
 
 
 @dataclass(frozen=True)
-class EntropyBound(Decoder):
+class EntropyBound(BaseDecoder):
     """Commits the holes the model is least unsure of while their combined uncertainty stays under gamma (EB-sampler)."""
 
     gamma: float = setting(0.1, "uncertainty (entropy, nats) one call may commit besides its surest hole; larger commits more")  # DiffusionGemma's default 0.1
@@ -21,7 +21,7 @@ class EntropyBound(Decoder):
         super().__post_init__()
         check(self.gamma >= 0, "gamma", self.gamma, "must be >= 0")
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         entropies = sampling.entropy(logits)  # (H,)
         rows = select(entropies, self.gamma)
         return Choice(rows, entropies[rows])

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import sampling
-from .base import Block, Choice, check, setting
+from ..core import sampling
+from .base import BlockState, Choice, check, setting
 from .scheduled import Scheduled
 
 
@@ -22,7 +22,7 @@ class Entropy(Scheduled):
         super().__post_init__()
         check(0 < self.eps < 1, "eps", self.eps, "must be in (0, 1)")
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         steps = self.steps_for(block.holes, block.number, block.count)
         k = sampling.dream_count(len(ids), block.step, steps, self.eps)
         scores = self.score(logits / self.temperature if self.temperature > 0 else logits)  # (H,)

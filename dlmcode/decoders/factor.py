@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import Block, Choice, Decoder, check, setting
+from .base import BaseDecoder, BlockState, Choice, check, setting
 
 
 @dataclass(frozen=True)
-class Factor(Decoder):
+class Factor(BaseDecoder):
     """Commits several of the surest holes per call, fewer when the model is unsure (Fast-dLLM's factor rule)."""
 
     factor: float = setting(1.0, "larger commits more holes per call (the n-th surest needs confidence 1 - factor/(n+1))")
@@ -20,7 +20,7 @@ class Factor(Decoder):
         super().__post_init__()
         check(self.factor > 0, "factor", self.factor, "must be > 0")
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         rows = select(conf, self.factor)
         return Choice(rows, conf[rows])
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import sampling
-from .base import Block, Choice
+from ..core import sampling
+from .base import BlockState, Choice
 from .scheduled import Scheduled
 
 
@@ -16,7 +16,7 @@ from .scheduled import Scheduled
 class LowConfidence(Scheduled):
     """Commits the holes the model is surest of first, one per call unless steps or tokens_per_step say more (LLaDA)."""
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         k = sampling.even_split(block.holes, self.steps_for(block.holes, block.number, block.count))[block.step]
         scores = self.score(conf, rng)  # (H,)
         rows = sampling.top(scores, k)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .. import sampling
+from ..core import sampling
 from .entropy import Entropy
 
 

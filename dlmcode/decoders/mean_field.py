@@ -16,14 +16,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .. import sampling
-from .base import Block, Choice, Decoder, check, setting
+from ..core import sampling
+from .base import BaseDecoder, BlockState, Choice, check, setting
 
 BUFFER = 1 << 21  # elements of each (pairs, V) working buffer of `overlaps`: 16 MiB in float64
 
 
 @dataclass(frozen=True)
-class MeanField(Decoder):
+class MeanField(BaseDecoder):
     """Commits sure holes in parallel but holds back holes whose predictions look alike, which tend to clash (Mean-Field)."""
 
     block: int = setting(32, "holes per block, decoded left to right; the time per call grows with its square")  # S6's 32; the paper's is UNVERIFIED
@@ -41,7 +41,7 @@ class MeanField(Decoder):
         check(self.init in ("sigmoid", "zero", "half"), "init", self.init, "must be sigmoid, zero or half")
         check(self.support >= 0, "support", self.support, "must be >= 0")
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         rows, q = select(logits, self.tau, self.iterations, self.normalize, self.init, late=conf == 0, support=self.support)
         return Choice(rows, q[rows])
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import sampling
+from ..core import sampling
 from .base import Revising, Revision, Window, check, setting
 from .scheduled import Scheduled
 

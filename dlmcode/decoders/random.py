@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import sampling
+from ..core import sampling
 from .low_confidence import LowConfidence
 
 

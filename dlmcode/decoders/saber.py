@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import Decoder, Remasking, Revision, Window, check, setting
+from .base import BaseDecoder, Remasking, Revision, Window, check, setting
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Saber(Remasking):
     def max_calls(self, n_holes: int) -> int:
         """Every call commits more tokens than it reopens: one call per hole at most (guarded, a
         call may commit one token only, so the reopen budget counts too)."""
-        return Decoder.max_calls(self, n_holes) + (self.reopens(n_holes) if self.guard else 0)
+        return BaseDecoder.max_calls(self, n_holes) + (self.reopens(n_holes) if self.guard else 0)
 
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         seen = window.conf.masked_fill(~window.upto, float("-inf"))  # (P,)

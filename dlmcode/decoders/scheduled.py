@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .base import Decoder, check, setting
+from .base import BaseDecoder, check, setting
 
 
 @dataclass(frozen=True)
-class Scheduled(Decoder):
+class Scheduled(BaseDecoder):
     """A decoder with a step budget: `steps` in all, or `tokens_per_step`."""
 
     steps: int | None = setting(None, "calls in all, split evenly over blocks; none = one per hole")

@@ -2,11 +2,11 @@
 
 Each call the model proposes a token for every hole. The parallel rule (Fast-dLLM's factor
 bar 1 - f/(n+1), at least `floor` tokens, never two adjacent holes in one call: `spread`,
-after DUS) picks among those of the active block; the completability guard (dlmcode/guard.py,
+after DUS) picks among those of the active block; the completability guard (dlmcode/text/guard.py,
 handed over by the job, on by default) admits each pick only while the holes left can still
 be filled so that the file parses, so the fill always parses at 3+ tokens per call.
 
-Before the guard existed this decoder steered with a syntax oracle (dlmcode/oracle.py): it
+Before the guard existed this decoder steered with a syntax oracle (dlmcode/text/oracle.py): it
 committed proposals outside the draft's new errors first (`flags`), reopened tokens that sat
 in an error (`reopen`) and re-decoded broken regions (`repairs`). Under the guard, measured
 on 30 humaneval-infill-multi tasks no target uses (from index 1000, every 130th), none of the
@@ -30,15 +30,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import sampling
-from ..canvas import Canvas, Predict, Step
-from .base import Decoder, blocks, check, open_gate, setting
+from ..core import sampling
+from ..core.canvas import Canvas, Predict, Step
+from .base import BaseDecoder, blocks, check, open_gate, setting
 
 EMPTY = torch.empty(0, dtype=torch.long)
 
 
 @dataclass(frozen=True)
-class SyntaxGuard(Decoder):
+class SyntaxGuard(BaseDecoder):
     """ours: commit 8+ spread-out tokens a call by Fast-dLLM's factor rule, guarded so the fill always parses."""
 
     guard: bool = setting(True, "commit only tokens after which the holes left can still be filled so that the file parses")
@@ -52,7 +52,7 @@ class SyntaxGuard(Decoder):
     reopen_per_call: int = setting(2, "tokens reopened for persisting errors, at most this many per call")
     repairs: int = setting(0, "times a complete but broken span has its smallest new-error region reopened and decoded again")
     repair_size: int = setting(8, "tokens a repair reopens at most (the first ones of the region)")
-    oracle: Any = field(default=None, repr=False, compare=False)  # set by the job (dlmcode.oracle.attach)
+    oracle: Any = field(default=None, repr=False, compare=False)  # set by the job (dlmcode.text.oracle.attach)
 
     def __post_init__(self) -> None:
         super().__post_init__()

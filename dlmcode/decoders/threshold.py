@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .base import Block, Choice, Decoder, check, setting
+from .base import BaseDecoder, BlockState, Choice, check, setting
 
 
 @dataclass(frozen=True)
-class Threshold(Decoder):
+class Threshold(BaseDecoder):
     """Commits at once every hole the model is at least tau sure of, and always the surest one (Fast-dLLM)."""
 
     tau: float = setting(0.9, "confidence (0-1) a hole needs to be committed alongside others; lower is faster and breaks more")
@@ -20,7 +20,7 @@ class Threshold(Decoder):
         super().__post_init__()
         check(0 <= self.tau <= 1, "tau", self.tau, "must be in [0, 1]")
 
-    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: Block, rng: torch.Generator) -> Choice:
+    def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         rows = select(conf, self.tau)
         return Choice(rows, conf[rows])
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DlmcodeError, ModelError, UsageError
+from ..core.errors import DlmcodeError, ModelError, UsageError
+from ..core.vocab import Tokenizer
 from . import builtin, dream, hf, llada, masked_lm
-from .base import Dlm, Tokenizer
+from .base import Dlm
 from .device import resolve_device, resolve_dtype
 
 __all__ = ["FAMILIES", "Dlm", "Tokenizer", "load"]

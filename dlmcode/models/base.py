@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from ..canvas import Predict
-from .cache import CacheSettings
-
-
-class Tokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...  # no special tokens added
-
-    def decode(self, ids: list[int]) -> str: ...  # special tokens kept out by the caller
+from ..core.canvas import Predict
+from ..core.run import CacheSettings
+from ..core.vocab import Tokenizer, Vocab
 
 
 @dataclass
@@ -39,3 +34,8 @@ class Dlm:
     cached: Callable[[CacheSettings], Predict] | None = None  # a fresh predict with a prefix/dual KV cache; None: no cache
     forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/forward.py); None: one predict each
     run_rows: Callable[[list[Any]], list[torch.Tensor]] | None = None  # several cached predicts' runs in one forward (cache.run_rows); None: each runs alone
+
+    @property
+    def vocab(self) -> Vocab:
+        """The token facts a canvas plan needs (text/spans.py)."""
+        return Vocab(self.tokenizer, self.mask_id, self.context, self.bos_id, self.eos_id)

@@ -4,8 +4,8 @@ Owns the architecture (pre-norm, RoPE, SDPA masking only batch padding, tied emb
 biases), its config.json, and the family adapter (`matches`, `load`, `save`). A custom module rather than
 ModernBERT because block decoding uses a prefix/dual KV cache (models/cache.py), and
 ModernBERT's alternating local/global attention and unpadding make that impractical; here
-every layer's k/v come from one method (`Attention.project`) and pass through the cache's
-`join` before attention.
+every layer's rotated k/v pass through the cache's `join` in `Attention.forward` before
+attention.
 Loading does not import transformers: torch, safetensors and tokenizers only (< 5 s on CPU).
 """
 
@@ -21,10 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import ModelError
-from . import forward
+from ..core.errors import ModelError
 from . import cache as kvcache
-from . import layers
+from . import forward, layers
 from .base import Dlm
 from .hf import first_line
 
@@ -78,39 +77,43 @@ def is_number(value: object, kind: type) -> bool:
 
 
 class Attention(nn.Module):
+    """Bidirectional self-attention: fused qkv without biases, RoPE on q and k, SDPA."""
+
     def __init__(self, dim: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)
 
-    def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q, k, v with RoPE applied, each (B, H, L, hd): the one place a KV cache hooks in."""
-        q, k, v = layers.split_heads(self.qkv(x), self.n_heads)
-        return layers.apply_rope(q, cos, sin), layers.apply_rope(k, cos, sin), v
-
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
-        q, k, v = self.project(x, cos, sin)
+        b, length, dim = x.shape
+        q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)  # each (B, H, L, hd)
+        q, k = layers.apply_rope(q, cos, sin), layers.apply_rope(k, cos, sin)
         if cache is not None:  # a KV cache (models/cache.py) joins them with the kept k/v of the positions not run
             k, v = cache.join(k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, hd), bidirectional; mask (B, 1, 1, L) only hides padding
-        return self.out(layers.merge_heads(y))
+        return self.out(y.transpose(1, 2).reshape(b, length, dim))
 
 
-class Block(layers.PreNormBlock):
-    """Bidirectional pre-norm block; its attention (with the KV cache's hook) is `attn`."""
+class Block(nn.Module):
+    """Pre-norm block: x + attn(norm1(x)), then x + the GELU MLP of norm2(x).
+
+    The MLP's two layers sit on the block, not in a module of their own: their names
+    (blocks.N.up, blocks.N.down) are the shipped weights'. Modules are made in parameter
+    order, which is also the order a seeded fresh model draws its initial weights in.
+    """
 
     def __init__(self, cfg: BuiltinConfig) -> None:
-        super().__init__(cfg.dim, cfg.n_heads, cfg.ffn_mult, cfg.norm_eps)
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attn = Attention(cfg.dim, cfg.n_heads)
+        self.norm2 = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
+        self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
 
-    def add_attention(self, dim: int, n_heads: int) -> None:
-        self.attn = Attention(dim, n_heads)
-
-    def attend(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
-        return self.attn(x, cos, sin, cache, mask)
-
-    def out_projection(self) -> nn.Linear:
-        return self.attn.out
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, cache, mask)
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
 class DlmcodeDiffusionLM(nn.Module):
@@ -126,7 +129,7 @@ class DlmcodeDiffusionLM(nn.Module):
             self.init_weights()
 
     def init_weights(self) -> None:
-        layers.init_weights(self, self.blocks, self.cfg.n_layers)
+        layers.init_weights(self, self.cfg.n_layers, (linear for b in self.blocks for linear in (b.attn.out, b.down)))
 
     def hidden(self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
         """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
@@ -308,3 +311,36 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
         run_rows=kvcache.run_rows(model.hidden, model.logits, cfg.pad_id, device),
     )
+
+
+# ---------------------------------------------------------------- making a tokenizer (training, stand-ins)
+
+
+def new_tokenizer():
+    """Byte-level BPE whose pre-tokenizer ends a piece at every newline: no token crosses a
+    line boundary, so encode(a + b) == encode(a) + encode(b) whenever a ends with a newline."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="merged_with_previous"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> BuiltinTokenizer:
+    from tokenizers import pre_tokenizers, trainers
+
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return BuiltinTokenizer(tok)

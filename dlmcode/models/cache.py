@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor
 
-from ..errors import UsageError
-from ..run import CACHE_MODES as MODES
-from ..run import check_cache
+from ..core.errors import UsageError
+from ..core.run import CacheSettings
 
 if TYPE_CHECKING:
     from .base import Dlm
@@ -39,20 +38,6 @@ if TYPE_CHECKING:
 
 class Runner(Protocol):
     def __call__(self, ids: Tensor, start: int = 0, kv: KV | None = None) -> Tensor: ...  # (1, n) -> (1, n, V)
-
-
-@dataclass(frozen=True)
-class CacheSettings:
-    """How a cached predict runs (the CLI's --cache and --cache-refresh)."""
-
-    mode: str = "none"  # none | prefix (keep k/v before the block) | dual (also after it)
-    block: int = 0  # holes per block: the decoder's `block` setting (0 = all holes are one block)
-    refresh: int = 0  # run every position at least every N calls; 0 = only when the block moves (Fast-dLLM), 1 = every call
-
-    def __post_init__(self) -> None:
-        check_cache(self.mode, self.refresh)  # run.py: the CLI checks the same before torch imports
-        if self.block < 0:
-            raise UsageError(f"block={self.block}: holes per block must be >= 0")
 
 
 class KV:
@@ -250,7 +235,7 @@ class CachedPredict:
         self.cached_calls += 1
 
 
-def attach(dlm: Dlm, mode: str = "none", refresh: int = 0, block: int = 0) -> Dlm:
+def with_cache(dlm: Dlm, mode: str = "none", refresh: int = 0, block: int = 0) -> Dlm:
     """`dlm` with a fresh cached predict for one decode job (mode "none": `dlm` itself).
 
     `block` is the decoder's block setting, so the cache's blocks are the decoder's.

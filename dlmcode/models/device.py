@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ModelError
-from ..run import DTYPE_NAMES, check_device, check_dtype
+from ..core.errors import ModelError
+from ..core.run import DTYPE_NAMES, check_device, check_dtype
 
 DTYPES = {name: getattr(torch, attribute) for name, attribute in DTYPE_NAMES.items()}
 

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..canvas import Predict
-from ..errors import ModelError
+from ..core.canvas import Predict
+from ..core.errors import ModelError
 from . import cache, forward, hf, native, native_dream
 from .base import Dlm
 
@@ -101,25 +101,7 @@ def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dty
 
 
 def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype) -> Dlm:
-    """The Dlm around a Dream-family model: special ids from the tokenizer and config.json, then the published constants."""
-    bos_id = hf.bos_of(hf.framing(tok))
-    mask_id = hf.require_mask(path, hf.first_id(tok.mask_token_id, config.get("mask_token_id"), DREAM_MASK_ID, vocab_size=vocab))
-    eos_id = hf.first_id(config.get("eos_token_id"), hf.token_id(tok, "<|endoftext|>"), DREAM_EOS_ID, vocab_size=vocab)
-    pad_id = hf.first_id(hf.token_id(tok, PAD_TOKEN), tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab)
-    eot_id = hf.first_id(hf.token_id(tok, EOT_TOKEN), vocab_size=vocab)
-    return Dlm(
-        name=hf.label(path),
-        family="dream",
-        tokenizer=hf.HfTokenizer(tok),
-        mask_id=mask_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        bos_id=bos_id,
-        context=min(int(config.get("max_position_embeddings") or DREAM_CONTEXT), DREAM_CONTEXT),
-        predict=predict,
-        device=device,
-        dtype=dtype,
-        chat=hf.chat_fn(tok, bos_id),
-        special_ids=hf.special_ids(tok, mask_id, eos_id, eot_id, pad_id, bos_id),
-        eot_id=eot_id,
-    )
+    """The Dlm around a Dream-family model: hf.adapt with Dream's published ids, its pad token, and its context cap."""
+    context = min(int(config.get("max_position_embeddings") or DREAM_CONTEXT), DREAM_CONTEXT)
+    return hf.adapt(path, config, tok, vocab, predict, device, dtype, family="dream", context=context,
+                    mask_id=DREAM_MASK_ID, eos_id=DREAM_EOS_ID, eot_token=EOT_TOKEN, pad_token=PAD_TOKEN)  # fmt: skip

@@ -5,7 +5,7 @@ argument; masked LMs: hf.make_forward_batch with attention_mask): right padding 
 longest, a key-padding mask so padded positions are never attended, rows cut back to each
 length. A family without one is called once per request (`one_by_one`), which is trivially
 the same at every batch size. Running several decodes so that they share these forwards is
-dlmcode/batch.py's, above the models: models never see a job.
+dlmcode/jobs/batch.py's, above the models: models never see a job.
 """
 
 from __future__ import annotations

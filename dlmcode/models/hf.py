@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..canvas import Predict
-from ..errors import ModelError
+from ..core.canvas import Predict
+from ..core.errors import ModelError
 from . import forward
+from .base import Dlm
 
 WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
@@ -284,3 +285,31 @@ def require_mask(path: Path, mask_id: int | None) -> int:
             " so it cannot fill holes"
         )
     return mask_id
+
+
+def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype, *,
+          family: str, context: int, mask_id: int, eos_id: int, eot_token: str, eot_id: int | None = None,
+          pad_token: str | None = None) -> Dlm:  # fmt: skip
+    """The Dlm around a hub dLLM (LLaDA, Dream): special ids from the tokenizer and config.json first, then the
+    family's published ones (`mask_id`, `eos_id`, `eot_id`; `eot_token` and `pad_token` are looked up by name)."""
+    bos = bos_of(framing(tok))
+    mask = require_mask(path, first_id(tok.mask_token_id, config.get("mask_token_id"), mask_id, vocab_size=vocab))
+    eos = first_id(config.get("eos_token_id"), token_id(tok, "<|endoftext|>"), eos_id, vocab_size=vocab)
+    pad = first_id(token_id(tok, pad_token) if pad_token else None, tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab)
+    eot = first_id(token_id(tok, eot_token), eot_id, vocab_size=vocab)
+    return Dlm(
+        name=label(path),
+        family=family,
+        tokenizer=HfTokenizer(tok),
+        mask_id=mask,
+        eos_id=eos,
+        pad_id=pad,
+        bos_id=bos,
+        context=context,
+        predict=predict,
+        device=device,
+        dtype=dtype,
+        chat=chat_fn(tok, bos),
+        special_ids=special_ids(tok, mask, eos, eot, pad, bos),
+        eot_id=eot,
+    )

@@ -16,13 +16,14 @@ from typing import Any
 
 import torch
 
-from ..canvas import Predict
+from ..core.canvas import Predict
 from . import cache, forward, hf, native, native_llada
 from .base import Dlm
 
 LLADA_MASK_ID = 126336  # <|mdm_mask|>
 LLADA_EOS_ID = 126081  # <|endoftext|>
 LLADA_EOT_ID = 126348  # <|eot_id|>, end of a chat turn
+EOT_TOKEN = "<|eot_id|>"
 LLADA_CONTEXT = 4096  # max_sequence_length of LLaDA-8B's config.json
 TITLE = "LLaDA"
 
@@ -55,25 +56,7 @@ def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dty
 
 
 def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype) -> Dlm:
-    """The Dlm around a LLaDA model: special ids from the tokenizer and config.json, then the published constants."""
-    bos_id = hf.bos_of(hf.framing(tok))
-    mask_id = hf.require_mask(path, hf.first_id(tok.mask_token_id, config.get("mask_token_id"), LLADA_MASK_ID, vocab_size=vocab))
-    eos_id = hf.first_id(config.get("eos_token_id"), hf.token_id(tok, "<|endoftext|>"), LLADA_EOS_ID, vocab_size=vocab)
-    eot_id = hf.first_id(hf.token_id(tok, "<|eot_id|>"), LLADA_EOT_ID, vocab_size=vocab)
-    pad_id = hf.first_id(tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab)
-    return Dlm(
-        name=hf.label(path),
-        family="llada",
-        tokenizer=hf.HfTokenizer(tok),
-        mask_id=mask_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        bos_id=bos_id,
-        context=int(config.get("max_sequence_length") or config.get("max_position_embeddings") or LLADA_CONTEXT),
-        predict=predict,
-        device=device,
-        dtype=dtype,
-        chat=hf.chat_fn(tok, bos_id),
-        special_ids=hf.special_ids(tok, mask_id, eos_id, eot_id, pad_id, bos_id),
-        eot_id=eot_id,
-    )
+    """The Dlm around a LLaDA model: hf.adapt with LLaDA's published ids and its config.json's context."""
+    context = int(config.get("max_sequence_length") or config.get("max_position_embeddings") or LLADA_CONTEXT)
+    return hf.adapt(path, config, tok, vocab, predict, device, dtype, family="llada", context=context,
+                    mask_id=LLADA_MASK_ID, eos_id=LLADA_EOS_ID, eot_token=EOT_TOKEN, eot_id=LLADA_EOT_ID)  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 from . import hf
 from .base import Dlm
 

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..canvas import Predict
-from ..errors import ModelError
+from ..core.canvas import Predict
+from ..core.errors import ModelError
 from .layers import apply_rope
 
 INDEX = "model.safetensors.index.json"

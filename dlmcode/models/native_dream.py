@@ -22,7 +22,7 @@ from . import native
 from .layers import rope_tables
 from .native import NotNative, need, require
 
-EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"
+HEAD = "lm_head.weight"
 
 
 @dataclass(frozen=True)

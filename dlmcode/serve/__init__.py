@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 
-from ..errors import DlmcodeError
+from ..core.errors import DlmcodeError
 from ..models.base import Dlm
 from .app import make_app
 from .engine import Engine

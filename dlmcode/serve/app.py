@@ -18,12 +18,19 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 from . import body, llamacpp, ollama, openai
-from .engine import Answer, BadRequest, Emit, Engine, Fill
+from .engine import Answer, Emit, Engine
+from .request import BadRequest, Fill
 from .queue import Queue
+from .request import BadRequest, Fill
 from .steps import Cancelled
 from .stream import Live, Shape
 

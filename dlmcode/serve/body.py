@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from .engine import BadRequest
+from .request import BadRequest
 
 MAX_BODY = 8 * 1024 * 1024  # bytes: llama.vim's 16 extra chunks of 64 lines are far below this
 

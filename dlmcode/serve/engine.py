@@ -16,42 +16,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import batch as batching
 from .. import decoders
-from .. import fill as jobs
-from ..canvas import Step, last
-from ..decoders.base import Decoder
-from ..errors import DlmcodeError, UsageError
+from ..core.canvas import Decoder, Step, last
+from ..core.errors import DlmcodeError, UsageError
+from ..core.run import check_batch
+from ..jobs import batch as batching
+from ..jobs import fill as jobs
 from ..models.base import Dlm
-from ..run import check_batch
 from . import length, steps, trim
-
-
-class BadRequest(Exception):
-    """A request the server refuses: one line, answered 4xx in the protocol's error shape."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Fill:
-    """One completion request, as every protocol reduces it."""
-
-    prefix: str
-    suffix: str = ""
-    ceiling: int | None = None  # n_predict / max_tokens / num_predict; None or -1: the length rule's cap
-    decoder: str | None = None  # None: the server's
-    options: Mapping[str, Any] = field(default_factory=dict)  # decoder settings (merged over the server's)
-    temperature: float | None = None
-    seed: int = 0
-    time_ms: float | None = None  # t_max_predict_ms: past it, the holes left are committed at once
-    stop: tuple[str, ...] = ()
-    lang: str | None = None  # None: the server's
-    extra: str = ""  # other files' text (llama.cpp input_extra): context before the prefix, for the model only
-    min_indent: int = 0  # llama.cpp n_indent: the fill ends before a later line indented less
-    lines: int | None = None  # non-blank lines the fill may hold (0: any); None: the server's
+from .request import BadRequest, Fill
 
 
 @dataclass(frozen=True)

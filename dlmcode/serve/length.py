@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import syntax
-from ..fill import AUTO_MAX_EXTRA
+from ..jobs.fill import AUTO_MAX_EXTRA
 from ..models.base import Dlm
+from ..text import syntax
 
 BUILTIN_CAP = AUTO_MAX_EXTRA  # the most pads the built-in model saw after a hole's content
 OTHER_CAP = 64  # holes for other families when the editor asks for more: our choice (about 3 lines)

@@ -18,7 +18,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from . import body, fim
-from .engine import Answer, BadRequest, Engine, Fill
+from .engine import Answer, Engine
+from .request import BadRequest, Fill
 from .stream import Shape, sse
 
 MAX_CMPL = 4  # llama.cpp's own limit on n_cmpl

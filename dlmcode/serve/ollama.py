@@ -16,7 +16,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from . import body, fim
-from .engine import Answer, Engine, Fill
+from .engine import Answer, Engine
+from .request import Fill
 from .stream import Shape, ndjson
 
 # Ollama's own options (api/types.go Options and Runner): taken, and meaningless for a dLLM

@@ -17,7 +17,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from . import body, fim
-from .engine import Answer, BadRequest, Engine, Fill
+from .engine import Answer, Engine
+from .request import BadRequest, Fill
 from .stream import DONE_SSE, Shape, sse
 
 MAX_N = 4

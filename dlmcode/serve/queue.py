@@ -25,9 +25,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..batch import Batcher, Slot
-from ..batch import Cancelled as BatchCancelled
-from .engine import Answer, Emit, Engine, Fill
+from ..jobs.batch import Batcher, Slot
+from ..jobs.batch import Cancelled as BatchCancelled
+from .engine import Answer, Emit, Engine
+from .request import Fill
 from .steps import Cancelled
 
 POLL = 0.05  # seconds between checks that a waiting client is still there
@@ -171,10 +172,16 @@ class Queue:
 
     def start(self, entry: Entry) -> Slot:
         slot = Solo(self.cond, lambda: self.closed or entry.cancel.is_set(), self.alone, self.counted)
-        work = functools.partial(self.engine.run, entry.req, entry.cancel, *([entry.emit] if entry.emit else []))
+        work = functools.partial(self.work, entry.req, entry.cancel, *([entry.emit] if entry.emit else []))
         slot.thread = threading.Thread(target=self.batcher.work, args=(slot, work), name="dlmcode-decode", daemon=True)
         slot.thread.start()
         return slot
+
+    def work(self, req: Fill, cancel: threading.Event, emit: Emit | None = None) -> Answer:
+        """One decode, in its own thread."""
+        if cancel.is_set():  # the client left as it was admitted
+            raise Cancelled
+        return self.engine.run(req, cancel, *([emit] if emit else []))
 
     def alone(self) -> bool:
         """Whether one decode runs and none waits (called under the lock): it may call the model itself."""

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .. import sampling
-from ..canvas import Canvas, Predict, Step
+from ..core import sampling
+from ..core.canvas import Canvas, Predict, Step
 
 ENDED = "end"  # the model ended the fill
 TIME = "time"  # t_max_predict_ms ran out: the holes left were committed at once

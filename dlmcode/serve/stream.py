@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Answer, Emit, Fill
+from .engine import Answer, Emit
+from .request import Fill
 
 log = logging.getLogger("dlmcode.serve")
 DONE_SSE = "data: [DONE]\n\n"  # OpenAI's last event

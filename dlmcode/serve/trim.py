@@ -12,10 +12,8 @@ tokenizing, parsing and syntax checking, whatever its size (the body cap bounds 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # engine imports this module
-    from .engine import Fill
+from .request import Fill
 
 CHARS_PER_TOKEN = 32  # generous: code averages 3-4 characters a token; a longer run only drops text the window would drop
 

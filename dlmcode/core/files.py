@@ -1,0 +1,263 @@
+"""Files a user owns: reading their text safely, and editing one in place.
+
+An in-place edit is checked before any decoding (edit_target: symlinks followed, read-only
+modes refused without --force, the folder probed), then written to a hidden temp file named
+with our pid and renamed over the target with its mode, owner and group: the file is either
+the old one or the new one, and a temp file left by a killed run is removed by the next run.
+
+Reading is bounded: at most MAX_SOURCE bytes of a file or stdin are read, so `/dev/zero`, a
+FIFO or a runaway pipe is one error line, not a process that grows until the system kills it.
+Writing is reported: a full disk, whether under `--in-place` or under stdout (`> /dev/full`),
+is one error line and a non-zero exit, and the file edited in place is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import gzip
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import InputError, UsageError
+
+STDIN = "-"
+# The most a source file or stdin may hold: the server's body cap (serve/body.py MAX_BODY).
+# Real source files are far smaller (CPython's largest .py file is under 1 MiB); past this,
+# tokenizing alone takes tens of seconds, and the model sees a window of it at most.
+MAX_SOURCE = 8 << 20
+
+
+def read_source(path: str, allow_empty: bool = False) -> str:
+    """The UTF-8 text of `path` ('-' reads stdin); one clear InputError for anything else.
+
+    An empty (or blank) text is an error unless `allow_empty`: there is nothing to fill, but
+    there is a file to check (an empty `__init__.py` is valid Python).
+    """
+    name = "stdin" if path == STDIN else path
+    data = read_bounded(sys.stdin.buffer, name) if path == STDIN else read_bytes(Path(path))
+    if b"\0" in data:
+        raise InputError(f"{name} is not a text file (it contains NUL bytes)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{name} is not UTF-8 text (bad byte at offset {err.start})") from None
+    if not allow_empty and not text.strip():
+        raise InputError(f"{name} is empty")
+    return text
+
+
+def read_bounded(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
+    """At most `limit` (MAX_SOURCE) bytes of `stream`; one byte more is an InputError, so no stream is read forever."""
+    limit = MAX_SOURCE if limit is None else limit
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{name} is larger than {limit >> 20} MiB, the most dlmcode reads")
+    return data
+
+
+def read_bytes(path: Path) -> bytes:
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a file")
+    try:
+        with path.open("rb") as handle:
+            return read_bounded(handle, str(path))
+    except FileNotFoundError:
+        raise InputError(f"no such file: {path}") from None
+    except PermissionError:
+        raise InputError(f"cannot read {path}: permission denied") from None
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror}") from None
+
+
+TEMP_SUFFIX = ".dlmcode"  # hidden temp files are .NAME.<pid>.<random>.dlmcode, beside the file they replace
+
+
+def edit_target(path: str, force: bool = False) -> Path:
+    """The file an in-place edit of `path` will replace, checked before any decoding.
+
+    A symlink is followed (the link stays, its target is edited). A file without a write bit
+    for us in its mode is refused unless `force` (root too: its mode says it is not to be
+    edited). The folder must take a new file, since the edit is a rename of one. Stale temp
+    files of this file left by killed runs are removed first.
+    """
+    if path == STDIN:
+        raise UsageError("--in-place needs a file, not stdin")
+    target = Path(os.path.realpath(path))
+    try:
+        info = target.stat()
+    except OSError as err:
+        raise InputError(f"cannot edit {path}: {err.strerror}") from None
+    if not force and not mode_allows_write(info):
+        raise InputError(f"{path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}); pass --force to edit it anyway")
+    remove_stale_temps(target)
+    probe_folder(path, target)
+    return target
+
+
+def mode_allows_write(info: os.stat_result) -> bool:
+    """Whether the mode bits let us write: the owner/group/other bit that applies; for root, any write bit."""
+    if os.geteuid() == 0:
+        return bool(info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    if info.st_uid == os.geteuid():
+        return bool(info.st_mode & stat.S_IWUSR)
+    if info.st_gid in os.getgroups() or info.st_gid == os.getegid():
+        return bool(info.st_mode & stat.S_IWGRP)
+    return bool(info.st_mode & stat.S_IWOTH)
+
+
+def probe_folder(path: str, target: Path) -> None:
+    """Create and remove one temp file beside `target`: the only honest test that the edit can be written there."""
+    folder = target.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=folder)  # a kill here leaves a temp file the next run removes
+    except OSError as err:
+        raise InputError(f"cannot edit {path} in place: cannot create a file in {folder} ({err.strerror})") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def output_folder(folder: Path, flag: str = "--out") -> None:
+    """Make sure results can be written in `folder` before any work: /proc/x, a path under a
+    file, a read-only place are one UsageError now, not a traceback after the first task.
+
+    The only honest test is to write there: the folders this makes and the probe file are
+    removed again, so a run that fails later leaves nothing behind.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{flag} {folder} is an existing file; give a folder (a new one, or one to resume)")
+    made = [p for p in [folder, *folder.parents] if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dlmcode-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UsageError(f"{flag} {folder}: cannot write a file there ({err.strerror or err})") from None
+    finally:
+        for path in made:  # deepest first
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def temp_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}."
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove this file's temp files whose writer (the pid in the name) is dead: what a kill -9 mid-write leaves."""
+    removed = []
+    for tmp in target.parent.glob(f".{glob_escape(target.name)}.*{TEMP_SUFFIX}"):
+        pid = tmp.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def write_atomic(path: str, text: str, force: bool = False) -> None:
+    """Replace `path` (its target, for a symlink) with `text` all at once, keeping its mode, owner
+    and group; on any failure it is untouched and no temp file stays."""
+    target = edit_target(path, force)
+    info = target.stat()
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        keep_owner(tmp, info)
+        os.chmod(tmp, stat.S_IMODE(info.st_mode))  # after chown, which may clear setuid/setgid bits
+        os.replace(tmp, target)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):  # a full disk, a quota: the user's to fix, and nothing was changed
+            raise InputError(f"cannot write {path}: {err.strerror or err}; it was left unchanged") from None
+        raise
+
+
+def write_stdout(text: str) -> None:
+    """Write `text` to stdout and flush it now, so that a full disk or a closed pipe is one InputError
+    here rather than a traceback (or an "Exception ignored" at exit)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as err:
+        discard_stdout()
+        raise InputError(f"cannot write to stdout: {err.strerror or err}") from None
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null: what could not be written would fail again when Python flushes it at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no real file descriptor (a test runner's stdout)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+def keep_owner(tmp: str, info: os.stat_result) -> None:
+    """Give the new file the old one's owner and group (root editing another user's file);
+    a user who may not keeps what the system allows (the group, when they belong to it)."""
+    if (info.st_uid, info.st_gid) == (os.geteuid(), os.getegid()):
+        return
+    try:
+        os.chown(tmp, info.st_uid, info.st_gid)
+    except PermissionError:
+        with contextlib.suppress(PermissionError):
+            os.chown(tmp, -1, info.st_gid)
+
+
+def keep_line_endings(source: str, text: str) -> str:
+    """`text` with CRLF (or bare CR) line breaks when every line break of `source` is one (the model writes LF)."""
+    crlf = source.count("\r\n")
+    lf, cr = source.count("\n") - crlf, source.count("\r") - crlf
+    if crlf and not lf and not cr:
+        return LONE_LF.sub("\r\n", text)
+    if cr and not lf and not crlf:
+        return text.replace("\r\n", "\r").replace("\n", "\r")
+    return text
+
+
+LONE_LF = re.compile(r"(?<!\r)\n")
+
+
+def unified_diff(before: str, after: str, name: str) -> str:
+    label = "stdin" if name == STDIN else name
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=f"a/{label}", tofile=f"b/{label}")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def new_file_mode() -> int:
+    """The mode open() gives a new file: 0666 less the process umask (mkstemp gives 0600)."""
+    mask = os.umask(0o022)  # reading the umask means setting it; set it straight back
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict]:
+    """The records of a gzipped JSON-lines file (the corpus's train.jsonl.gz and eval.jsonl.gz)."""
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            yield json.loads(line)

@@ -1,0 +1,455 @@
+"""The library's main jobs: infill spans of a file, or continue a prompt, with a chosen decoder.
+
+Stream first: `prepare_infill` / `prepare_generate` return a Job whose `steps()` is the
+decoder's Step stream (the CLI draws it live); `Job.run()` drains it into a Result.
+`infill()` and `generate()` are the one-call convenience API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import decoders
+from ..core.assistant import TRAIN_HINT, check, token_table
+from ..core.canvas import Decoder, Predict, Step, last
+from ..core.errors import ModelError, UsageError
+from ..core.run import AUTO, RunSettings
+from ..models import cache as kvcache
+from ..models.assistant_lm import load_cached, shipped_path
+from ..models.base import Dlm
+from ..text import guard, oracle, spans, syntax
+
+Follow = Callable[[Iterator[Step]], Step | None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a decode produced, with its cost and the syntax it broke."""
+
+    text: str  # the whole output (file with spans replaced, or prompt plus continuation / extracted code)
+    ids: list[int]  # token ids decoded into the holes, in position order, before any trimming
+    canvas: list[int]  # every token id of the final canvas
+    calls: int  # model forward passes
+    filled: int  # holes filled
+    seconds: float
+    breakage: syntax.Breakage | None  # None when the language is unknown
+    decoder: str
+    settings: Mapping[str, Any]
+    model: str
+    reopened: int = 0  # committed tokens a decoder took back (each was decoded again; TPF still counts holes)
+    fill_lines: tuple[tuple[int, int], ...] = ()  # 1-based inclusive lines of `text` each fill stands on
+    guard: Mapping[str, Any] | None = None  # a guarded decode's counters (guard.Stats); None: unguarded
+    notes: tuple[str, ...] = ()  # one line each, for the user: why a guard asked for could not hold
+
+    @property
+    def tpf(self) -> float:
+        """Tokens committed per call."""
+        return self.filled / self.calls if self.calls else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "decoder": {"name": self.decoder, "settings": dict(self.settings)},
+            "model": self.model,
+            "ids": self.ids,
+            "canvas": self.canvas,
+            "calls": self.calls,
+            "filled": self.filled,
+            "reopened": self.reopened,
+            "tpf": round(self.tpf, 4),
+            "seconds": round(self.seconds, 4),
+            "breakage": self.breakage.to_dict() if self.breakage else None,
+            "guard": dict(self.guard) if self.guard is not None else None,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class Job:
+    """A prepared decode: the plan (canvas and how to splice it back), model, decoder, seed."""
+
+    plan: spans.Plan
+    dlm: Dlm
+    decoder: Decoder
+    seed: int
+    lang: str | None
+    originals: tuple[str, ...] | None = None  # the user's text per hole when the plan lacks it (a benchmark's hidden middle)
+    finish: Callable[[spans.Filled], str] | None = None  # a chat job: the code cut out of the reply, all of it the model's
+    trim_at: int | None = None  # generate: the completion ends at the first end-of-text
+    predict: Predict | None = None  # the model's predict with end-of-text policies applied
+    notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
+
+    def __post_init__(self) -> None:
+        if oracle.wants(self.decoder):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
+            self.decoder = oracle.with_oracle(self.decoder, self.plan, self.dlm.tokenizer, self.lang, self.before,
+                                              self.dlm.special_ids, self.trim_at, decoders.name_of(self.decoder))  # fmt: skip
+        if getattr(self.decoder, "guard", False):
+            self.decoder = self.with_guard(self.decoder)
+
+    # ------------------------------------------------------------ the guard (dlmcode/text/guard.py)
+
+    def with_guard(self, decoder: Decoder) -> Decoder:
+        """The decoder with this plan's guard, or unguarded with a note saying why the guarantee cannot hold."""
+        why = self.unguardable()
+        if why is not None:
+            self.notes.append(f"guard: {why}; decoding unguarded")
+            return dataclasses.replace(decoder, completer=None)
+        fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
+        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge,
+                                    budget=guard.FIRST)  # None: from a draft; bounded, as every search of the guard
+        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit))
+
+    def unguardable(self) -> str | None:
+        if self.lang is None:
+            return "the code's language is unknown (name it with --lang)"
+        if self.finish is not None:
+            return "a chat reply's code is cut out of it after decoding"
+        return None
+
+    def judge(self, tokens: torch.Tensor) -> int:
+        """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule itself.
+
+        When the user's code has no tree-sitter problem, every tree-sitter problem of the output is
+        new, so tree-sitter alone answers a broken text (exactly: the rule's count takes the larger
+        checker's); Python's compile() runs only on texts tree-sitter passes."""
+        canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
+        filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        if self.lang is not None and self.clean_before:
+            quick = syntax.tree_errors(filled.text, self.lang)
+            if quick:
+                return quick
+        found = self.breakage(filled, filled.text)
+        return found.new_errors if found is not None else 0
+
+    @functools.cached_property
+    def clean_before(self) -> bool:
+        """Whether the user's code has no tree-sitter problem (then `judge` may answer from tree-sitter alone)."""
+        return self.finish is None and syntax.tree_errors(self.before, self.lang) == 0
+
+    def blank(self) -> int | None:
+        """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last),
+        else the end-of-text that ends a continuation (generate: nothing after it is kept)."""
+        late = set(self.plan.canvas.late_ids)
+        pad = next((i for i in sorted(late) if i in self.dlm.special_ids and i != self.trim_at), None)
+        return pad if pad is not None else self.trim_at
+
+    def text_around(self, tokens: torch.Tensor, start: int, stop: int) -> tuple[str, str]:
+        """The text before and after canvas positions [start, stop) of one hole (other holes as the user's text)."""
+        ids = tokens.tolist()
+        hole, run = next((h, r) for h, r in zip(self.plan.holes, self.plan.positions) if r.start <= start < r.stop)
+        head, tail = (spans.decode_fill(part, self.dlm.tokenizer, self.dlm.special_ids, self.trim_at)
+                      for part in (ids[run.start : start], ids[stop : run.stop]))  # fmt: skip
+        return self.plan.text[: hole.start_char] + head, tail + self.plan.text[hole.end_char :]
+
+    def around(self) -> list[tuple[str, str]]:
+        """Each hole's text before and after it in the user's code."""
+        text = self.plan.text
+        return [(text[: h.start_char], text[h.end_char :]) for h in self.plan.holes]
+
+    def steps(self) -> Iterator[Step]:
+        rng = torch.Generator().manual_seed(self.seed)
+        return self.decoder(self.plan.canvas, self.predict or self.dlm.predict, rng)
+
+    def run(self, follow: Follow = last) -> Result:
+        """Decode (through `follow`, which consumes the Step stream) and splice the result."""
+        start = time.perf_counter()
+        taken: list[int] = []  # tokens each Step reopened
+        final = follow(counting(self.steps(), taken))
+        seconds = time.perf_counter() - start
+        canvas = final.canvas if final else self.plan.canvas
+        filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        text = self.finish(filled) if self.finish else filled.text
+        return Result(
+            text=text,
+            ids=filled.ids,
+            canvas=canvas.tokens.tolist(),
+            calls=final.calls if final else 0,
+            filled=self.plan.canvas.n_holes,
+            seconds=seconds,
+            breakage=self.breakage(filled, text),
+            decoder=decoders.name_of(self.decoder),
+            settings=decoders.settings_of(self.decoder),
+            model=self.dlm.name,
+            reopened=sum(taken),
+            guard=self.guard_stats(),
+            notes=tuple(self.notes),
+            fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
+        )
+
+    def guard_stats(self) -> dict[str, float] | None:
+        """The guard's counters for the decode just run; None when it ran unguarded (and a note says why)."""
+        completer = getattr(self.decoder, "completer", None)
+        if completer is None or completer.last is None:
+            return None
+        if completer.last.gave_up:
+            note = f"guard: {GAVE_UP}; decoding unguarded"
+            self.notes += [note] if note not in self.notes else []
+            return None
+        return completer.last.to_dict()
+
+    @property
+    def before(self) -> str:
+        """The user's code, which breakage is measured against (spans.reference); a chat request is not code."""
+        return "" if self.finish else self.reference[0]
+
+    @functools.cached_property
+    def reference(self) -> tuple[str, list[tuple[int, int]]]:
+        """The user's code and each hole's [start, end) chars in it (spans.reference), once per job."""
+        return spans.reference(self.plan, self.originals)
+
+    def breakage(self, filled: spans.Filled, text: str) -> syntax.Breakage | None:
+        """The syntax errors of `text` that the user's code did not have, one rule for every mode (docs/usage.md)."""
+        if self.lang is None:
+            return None
+        if self.finish:  # the whole reply is the model's: one hole, in an empty text
+            return syntax.breakage("", text, self.lang, holes=[syntax.Region((0, 0), (0, len(text)))])
+        before, regions = self.reference
+        holes = [syntax.Region(b, a) for b, a in zip(regions, filled.regions)]
+        return syntax.breakage(before, text, self.lang, holes=holes)
+
+
+def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
+    """The Step stream as it is, noting in `taken` how many tokens each Step reopened."""
+    for step in steps:
+        taken.append(len(step.reopened))
+        yield step
+
+
+GAVE_UP = "no filling of the holes parses (does the code around them parse?)"
+AUTO_MARKER_LENGTH = 32  # holes for a ⟦fill⟧ marker under --length auto (our choice)
+AUTO_MAX_EXTRA = 32  # the built-in model never saw more than 32 pads after a hole's content
+
+
+def auto_length(source: str, span: tuple[int, int] | None, tokenizer: Any) -> int:
+    """Holes for --length auto: the span's token count with room to spare (half again, at least 8,
+    at most 32), or AUTO_MARKER_LENGTH for markers. Models trained with pad-filled holes (the
+    built-in one) end the fill early with pad tokens, which splicing strips."""
+    if span is None:
+        return AUTO_MARKER_LENGTH
+    start, end = spans.line_span(source, span)
+    n = len(tokenizer.encode(source[start:end]))
+    return n + min(AUTO_MAX_EXTRA, max(8, n // 2))
+
+
+def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temperature: float | None) -> Decoder:
+    """A decoder from a registry name and settings (or an instance), with `temperature` applied."""
+    built = decoders.build(decoder, options) if isinstance(decoder, str) else decoder
+    if temperature is not None:
+        try:
+            built = dataclasses.replace(built, temperature=temperature)
+        except ValueError as err:
+            raise UsageError(f"--temperature: {err}") from None
+    return built
+
+
+def default_model(dlm: Dlm | None) -> Dlm:
+    if dlm is not None:
+        return dlm
+    from ..models import load
+
+    return load()
+
+
+def prepare_infill(
+    source: str,
+    span: tuple[int, int] | None = None,
+    *,
+    dlm: Dlm | None = None,
+    decoder: str | Decoder = "low-confidence",
+    options: Mapping[str, Any] | None = None,
+    length: int | str | None = None,
+    seed: int = 0,
+    temperature: float | None = None,
+    lang: str | None = None,
+    cache: str = "none",
+    cache_refresh: int = 0,
+) -> Job:
+    """A Job that rewrites lines span[0]..span[1] (1-based, inclusive), or the file's fill markers.
+
+    `cache` (none, prefix, dual) and `cache_refresh` set the KV cache (models/cache.py).
+    The keyword arguments are a RunSettings' fields (run.py); infill_job takes one.
+    """
+    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
+                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    return infill_job(source, span, default_model(dlm), run)
+
+
+def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSettings) -> Job:
+    """prepare_infill's Job, from one run's settings (the CLI builds them from its flags)."""
+    built, model = decoding(dlm, run)
+    length = run.length
+    auto = length == AUTO
+    if auto:
+        length = auto_length(source, span, model.tokenizer)
+    plan = spans.plan_infill(source, model.vocab, span, length)
+    if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
+        plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
+    predict = model.predict if auto else exact_length(model)
+    return Job(plan, model, built, run.seed, run.lang, predict=predict)
+
+
+def decoding(dlm: Dlm, run: RunSettings) -> tuple[Decoder, Dlm]:
+    """The run's decoder (temperature applied, codila's assistant attached) and the model behind its KV cache."""
+    built = with_assistant(make_decoder(run.decoder, run.options, run.temperature), dlm)  # codila: its assistant
+    return built, kvcache.with_cache(dlm, run.cache, run.cache_refresh, getattr(built, "block", 0))
+
+
+def prepare_generate(
+    prompt: str,
+    *,
+    dlm: Dlm | None = None,
+    decoder: str | Decoder = "low-confidence",
+    options: Mapping[str, Any] | None = None,
+    length: int = 128,
+    seed: int = 0,
+    temperature: float | None = None,
+    lang: str | None = "python",
+    chat: bool | None = None,
+    raw: bool = False,
+    eos: EndOfText | None = None,
+    cache: str = "none",
+    cache_refresh: int = 0,
+) -> Job:
+    """A Job that continues `prompt` with `length` holes; with a chat model the prompt is a request.
+
+    The keyword arguments but chat, raw and eos are a RunSettings' fields (run.py); generate_job takes one.
+    """
+    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
+                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    return generate_job(prompt, default_model(dlm), run, chat=chat, raw=raw, eos=eos)
+
+
+def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None = None, raw: bool = False,
+                 eos: EndOfText | None = None) -> Job:  # fmt: skip
+    """prepare_generate's Job, from one run's settings; `length` must be a number of tokens."""
+    if not isinstance(run.length, int):
+        raise UsageError(f"--length {run.length!r}: give a positive number of tokens")
+    built, model = decoding(dlm, run)
+    use_chat = (model.chat is not None) if chat is None else chat
+    if use_chat and model.chat is None:
+        raise UsageError(f"--chat: model {model.name!r} has no chat template")
+    eos = eos or EndOfText()
+    text = model.chat(prompt) if use_chat else prompt
+    plan = spans.plan_generate(text, model.vocab, run.length)
+    plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
+    if not use_chat:
+        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, predict=eos.wrap(model))
+    if oracle.wants(built):
+        raise UsageError(f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat")
+    reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
+    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, predict=eos.wrap(model))
+
+
+def prepare_middle(
+    prefix: str,
+    suffix: str,
+    length: int,
+    *,
+    dlm: Dlm | None = None,
+    decoder: str | Decoder = "low-confidence",
+    options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    temperature: float | None = None,
+    lang: str | None = None,
+    end_ids: tuple[int, ...] = (),
+    cache: str = "none",
+    cache_refresh: int = 0,
+) -> Job:
+    """A Job that fills `length` holes at an editor's cursor, between `prefix` and `suffix` (the server's job).
+
+    `end_ids` (pad, end-of-text) may end the fill early: they are committed last, and the
+    caller cuts the fill at the first (Result.ids); without them the holes hold code only.
+    """
+    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
+                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    built, model = decoding(default_model(dlm), run)
+    plan = spans.plan_middle(prefix, suffix, model.vocab, length)
+    plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
+    predict = model.predict if end_ids else exact_length(model)
+    return Job(plan, model, built, seed, lang, predict=predict)
+
+
+@dataclass(frozen=True)
+class EndOfText:
+    """Ways to stop instruct dLLMs flooding the canvas with end-of-text (docs/field.md D.4)."""
+
+    logits_eos_inf: bool = False  # LLaDA: end-of-text can never be proposed
+    confidence_eos_eot_inf: bool = False  # LLaDA: end-of-text/turn proposals are committed last
+    eos_penalty: float = 0.0  # Dream-Coder: subtracted from the end-of-text logit
+
+    def late_ids(self, model: Dlm) -> tuple[int, ...]:
+        ids = (model.eos_id, model.eot_id) if self.confidence_eos_eot_inf else ()
+        return tuple(i for i in ids if i is not None)
+
+    def wrap(self, model: Dlm) -> Predict:
+        penalty = float("inf") if self.logits_eos_inf else self.eos_penalty
+        if not penalty or model.eos_id is None:
+            return model.predict
+        return penalized(model.predict, model.eos_id, penalty)
+
+
+def exact_length(model: Dlm) -> Predict:
+    """predict for holes of a fixed length: they hold code, so the pad token is never proposed.
+
+    Only --length auto over-allocates and leaves room for pads (which splicing strips).
+    """
+    return model.predict if model.pad_id is None else penalized(model.predict, model.pad_id, float("inf"))
+
+
+def penalized(predict: Predict, token: int, penalty: float) -> Predict:
+    """`predict` with `penalty` subtracted from `token`'s logit everywhere (inf: never proposed)."""
+
+    def wrapped(tokens: torch.Tensor) -> torch.Tensor:
+        logits = predict(tokens).clone()  # (L, V)
+        logits[:, token] -= penalty
+        return logits
+
+    return wrapped
+
+
+FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(reply: str) -> str:
+    """The fenced code blocks of a chat reply joined, or the whole reply when it has none."""
+    blocks = FENCE.findall(reply)
+    return "\n".join(block.rstrip("\n") for block in blocks) + "\n" if blocks else reply
+
+
+def infill(source: str, span: tuple[int, int] | None = None, **kwargs: Any) -> Result:
+    """Rewrite a span of `source` (see prepare_infill for the arguments) and return the Result."""
+    return prepare_infill(source, span, **kwargs).run()
+
+
+def generate(prompt: str, **kwargs: Any) -> Result:
+    """Continue `prompt` (see prepare_generate for the arguments) and return the Result."""
+    return prepare_generate(prompt, **kwargs).run()
+
+
+def with_assistant(decoder: Any, dlm: Any) -> Any:
+    """Give a decoder that takes an assistant (codila) one that fits `dlm`; other decoders pass through.
+
+    No assistant set: the shipped one for the built-in model, else a ModelError saying how to
+    train one. A path (`-o assistant=DIR`) is loaded. Either way the tokenizer must match.
+    """
+    if not dataclasses.is_dataclass(decoder) or "assistant" not in {f.name for f in dataclasses.fields(decoder)}:
+        return decoder  # a custom decoder (any object meeting the Decoder contract) passes through too
+    assistant = decoder.assistant
+    if assistant is None and dlm.family != "builtin":
+        raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")
+    if assistant is None or isinstance(assistant, (str, Path)):
+        where = shipped_path() if assistant is None else Path(assistant)
+        if assistant is None and not where.is_dir():
+            raise ModelError(f"the built-in model's assistant is not installed (no folder {where}); reinstall dlmcode or {TRAIN_HINT}")
+        assistant = load_cached(str(where), str(dlm.device), dlm.dtype)
+    check(assistant, token_table(dlm.tokenizer), repr(dlm.name))
+    return dataclasses.replace(decoder, assistant=assistant)

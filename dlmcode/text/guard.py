@@ -1,0 +1,583 @@
+"""The completability guard: no commit ever leaves the file impossible to finish as code that parses.
+
+The question is not "does the draft have a syntax error now?" (a canvas whose holes hold
+the model's guesses is broken almost everywhere) but "can the holes that are left still be
+filled, token for token, so that the file parses?" (Mündler, Dekoninck and Vechev, arXiv
+2508.10111, decide it with a context-free grammar: the committed pieces and the holes between
+them form a regular language that must still meet the grammar).
+
+We decide it with a witness. A guarded decode carries one filling of every hole (a canvas
+with no holes) that the judge passes, the judge being the very function that scores breakage
+(`Job.judge`: splice the canvas, `syntax.breakage` against the user's code: tree-sitter for
+every language, plus CPython's compiler for Python). A proposal is admitted when some witness
+agrees with everything committed so far plus the proposal. The search tries, each for one
+parse: the current witness with the proposal in it, the model's own draft (this call's most
+likely token at every hole) with everything committed in it, a bounded sweep of fillers over
+the draft's runs of holes, and the draft or fillers in the holes beside the proposal. Why a
+witness and not a grammar:
+- soundness does not rest on the search or on a grammar we would have to write for eight
+  languages (Python's indentation included): every witness is passed by the judge, and the
+  last witness is the fill, so a guarded fill is never broken by the judge's own rule;
+- the hole count is exact: a witness has exactly the holes that are left, so a decode can
+  never paint itself into a corner that needs more tokens than it has (or end a fill early
+  unless the plan allows pads: only then may a witness use them);
+- what it cannot prove costs quality, never validity: a proposal that could be completed but
+  for which no witness is found is replaced by the next most likely token that has one (never
+  a comment start, which would make anything parse), or left for a later call; when nothing
+  of a call is admitted, the witness's own token where the model likes it best is committed
+  (the witness stays valid), so every call commits.
+The first witness comes from fillers that fit any hole length (`first_witness`): `pass  #xxx`
+at a candidate indentation, block heads nested as deep as the lines below, a name `xxx`, a
+block comment `/*xxx*/`, the quote or brackets the code around needs. When none passes, each
+call's draft is tried (one token a call meanwhile); a decode that never finds one ran
+unguarded, and the job says so (docs/guard.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..core import sampling
+
+Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax errors of its splice (0: passes)
+Around = Callable[[Tensor, int, int], tuple[str, str]]  # (canvas, start, stop) -> text before and after positions [start, stop)
+Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
+TRIALS = 12  # witness candidates one proposal may cost at most (ours)
+SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
+FIRST = 128  # judge calls for the first witness from fillers, before decoding (ours: a hostile file costs at most this)
+ADOPT, RETRY = 64, 8  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
+CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
+CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
+CACHE = 8192  # judged canvases remembered per decode
+
+
+@dataclass
+class Stats:
+    """What a guard did in one decode (summed over calls)."""
+
+    checks: int = 0  # judge calls (parses)
+    seconds: float = 0.0  # time in the judge
+    rejected: int = 0  # proposals with no witness (replaced or left for later)
+    replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
+    fallback: int = 0  # calls where nothing was admitted and the witness's token was committed
+    gave_up: bool = False  # no witness was ever found: the decode ran unguarded
+    late: int = 0  # calls decoded unguarded before a witness was found (from the model's draft, at a later call)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"guard_checks": self.checks, "guard_seconds": round(self.seconds, 6), "guard_rejected": self.rejected,
+                "guard_replaced": self.replaced, "guard_fallback": self.fallback, "guard_gave_up": self.gave_up,
+                "guard_late": self.late}  # fmt: skip
+
+
+@dataclass
+class Guard:
+    """Built by the job for one plan: the judge and a first witness. `begin` starts one decode."""
+
+    judge: Judge
+    witness: Tensor | None  # (L,) the first witness (the plan's canvas, every hole filled, judged 0); None: from the first draft
+    mask_id: int
+    around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
+    fit: Fit | None = None
+    candidates: int = CANDIDATES
+    checks_per_call: int = CHECKS_PER_CALL
+    last: Stats | None = field(default=None, repr=False)  # the last decode's stats
+
+    def begin(self, canvas: Tensor) -> Session:
+        """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness."""
+        if self.witness is not None:
+            assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), "canvas and witness disagree"
+        self.last = Stats()
+        return Session(self, None if self.witness is None else self.witness.clone(), self.last)
+
+
+class Session:
+    """One guarded decode: the current witness, and `admit`, the gate every commit goes through."""
+
+    def __init__(self, guard: Guard, witness: Tensor | None, stats: Stats) -> None:
+        self.guard, self.witness, self.stats = guard, witness, stats
+        self.memo: dict[bytes, int] = {}
+        self.spent = 0  # checks in the current call
+
+    def admit(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The commits (positions, ids, scores) to make of a decoder's proposals, most confident first.
+
+        Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
+        """
+        device = tokens.device
+        if pos.numel() == 0:
+            return pos, ids, scores
+        self.spent = 0
+        if self.witness is None and not self.adopt(tokens, logits):
+            self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found:
+            first = scores.cpu().argmax().view(1)  # one token a call meanwhile, so the drafts get more chances
+            return pos[first.to(pos.device)], ids[first.to(ids.device)], scores[first.to(scores.device)]
+        self.stats.gave_up = False
+        order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
+        tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
+        draft = self.draft(tokens, logits)
+        every = tokens.clone()
+        every[pos] = ids
+        found = self.complete(every, draft, pos[:0])
+        found = self.sweep(every, draft) if found is None else found
+        if found is not None:  # the whole proposal at once: one or two parses in the common case
+            self.witness = found
+            return pos.to(device), ids.to(device), scores.to(device)
+        out = self.one_by_one(tokens, logits, draft, pos, ids, scores)
+        return tuple(t.to(device) for t in out)  # type: ignore[return-value]
+
+    def one_by_one(self, tokens: Tensor, logits: Tensor, draft: Tensor, pos: Tensor, ids: Tensor,
+                   scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """Each proposal in turn, on top of those admitted before it; a rejected one tries the next candidates."""
+        kept: list[tuple[int, int, float]] = []
+        current = tokens.clone()
+        for p, t, s in zip(pos.tolist(), ids.tolist(), scores.tolist(), strict=True):
+            if self.spent >= self.guard.checks_per_call:
+                break  # the rest wait for a later call
+            rank = self.first_passing(current, logits, draft, p, t, s, kept)
+            self.stats.rejected += rank != 0
+            self.stats.replaced += rank is not None and rank > 0
+        if not kept:  # nothing passes: the witness's own token where the model likes it best
+            rows = logits[pos.to(logits.device)].float().cpu()  # (k, V)
+            mine = (rows.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1) - torch.logsumexp(rows, 1)).exp()  # (k,)
+            plain = torch.tensor([not self.escape(int(t)) for t in self.witness[pos]])  # a comment start only when nothing else
+            best = int(torch.where(plain, mine, mine - 2).argmax())
+            kept.append((int(pos[best]), int(self.witness[pos[best]]), float(mine[best])))
+            self.stats.fallback += 1
+        p_, t_, s_ = zip(*kept, strict=True)
+        return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
+
+    def adopt(self, tokens: Tensor, logits: Tensor) -> bool:
+        """A witness from this call's draft (whole, or with fillers in some runs of holes); False: none yet.
+
+        No filler fitted before the first call: the draft is tried at every call (the first one
+        searching longest), since the model's guesses improve as the canvas fills in; from the call
+        a witness is found on, the decode is guarded, and so its fill parses."""
+        budget = ADOPT if self.stats.late == 0 else RETRY
+        self.witness = self.sweep(tokens.cpu(), self.draft(tokens.cpu(), logits), budget)
+        return self.witness is not None
+
+    def count(self, canvas: Tensor) -> int:
+        """The judge's verdict, counted and timed as the guard's work."""
+        start = time.perf_counter()
+        found = self.guard.judge(canvas)
+        self.stats.seconds += time.perf_counter() - start
+        self.stats.checks += 1
+        return found
+
+    def first_passing(self, current: Tensor, logits: Tensor, draft: Tensor, p: int, t: int, s: float,
+                      kept: list[tuple[int, int, float]]) -> int | None:  # fmt: skip
+        """Admit the first candidate at `p` that has a witness (appended to `kept`, `current` updated); its rank, or None."""
+        for rank, (token, prob) in enumerate(self.options(logits, p, t, s)):
+            trial = current.clone()
+            trial[p] = token
+            found = self.complete(trial, draft, torch.tensor([p]))
+            if found is not None:
+                self.witness = found
+                current[p] = token
+                kept.append((p, token, prob))
+                return rank
+        return None
+
+    def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
+        """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""
+        row = logits[p].float().cpu()  # (V,)
+        total = torch.logsumexp(row, 0)  # probabilities of the few tokens read, without a softmax over all
+        out = [(token, score)]
+        k = min(self.guard.candidates + 2, row.numel())
+        for other in row.topk(k).indices.tolist():
+            if len(out) >= self.guard.candidates:
+                break
+            if other not in (token, self.guard.mask_id) and bool(torch.isfinite(row[other])) and not self.escape(other):
+                out.append((other, float((row[other] - total).exp())))
+        return out
+
+    def escape(self, token: int) -> bool:
+        """A comment start makes anything after it parse: the model may choose one, the guard never picks one for it."""
+        check = getattr(self.guard.fit, "escape", None)
+        return bool(check(token)) if check is not None else False
+
+    def draft(self, tokens: Tensor, logits: Tensor) -> Tensor:
+        """(L,) `tokens` with the model's most likely token at every hole (the mask never)."""
+        holes = (tokens == self.guard.mask_id).nonzero().squeeze(-1)
+        out = tokens.clone()
+        if holes.numel():
+            rows = sampling.without(logits[holes.to(logits.device)].float(), self.guard.mask_id)  # (H, V)
+            out[holes] = rows.argmax(-1).cpu()
+        return out
+
+    def complete(self, fixed: Tensor, draft: Tensor, changed: Tensor) -> Tensor | None:
+        """A witness that agrees with every token of `fixed` (holes are free), or None if the search finds none."""
+        free = fixed == self.guard.mask_id  # (L,)
+        base = torch.where(free, self.witness, fixed)
+        if torch.equal(base, self.witness):
+            return self.witness  # the proposal is the witness's own choice: nothing to check
+        mixed = torch.where(free, draft, fixed)
+        trials = itertools.chain([base, mixed], self.repairs(base, draft, free, changed))  # repairs built only if needed
+        for trial in itertools.islice(unique(trials), TRIALS):
+            if self.passes(trial):
+                return trial
+        return None
+
+    def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0) -> Tensor | None:
+        """A witness for all of `fixed` from the draft with fillers in some runs of holes (coordinate search, bounded)."""
+        if self.guard.around is None or self.guard.fit is None:
+            return None
+        free = fixed == self.guard.mask_id
+        mixed = torch.where(free, draft, fixed)
+        runs = [range(int(r[0]), int(r[-1]) + 1) for r in free_runs(free)]
+        if not runs:
+            return None
+        texts = [self.guard.around(mixed, r.start, r.stop) for r in runs]
+        seeds = [mixed[r.start : r.stop].tolist() for r in runs]
+        return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=budget or SWEEP)
+
+    def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> Iterator[Tensor]:
+        """Witness candidates that rewrite the holes just beside a proposal: with the draft, then with fillers."""
+        runs = runs_beside(free, changed)
+        for run in runs:
+            trial = base.clone()
+            trial[run] = draft[run]
+            yield trial
+        if self.guard.around is None or self.guard.fit is None:
+            return
+        for run in runs[:2]:
+            start, stop = int(run[0]), int(run[-1]) + 1
+            if stop - start != run.numel():
+                continue  # a left and right run together: not one stretch of text
+            before, after = self.guard.around(base, start, stop)
+            for ids in self.guard.fit(before, after, stop - start):
+                trial = base.clone()
+                trial[start:stop] = torch.tensor(ids, dtype=torch.long)
+                yield trial
+
+    def passes(self, canvas: Tensor) -> bool:
+        return self.errors(canvas) == 0
+
+    def errors(self, canvas: Tensor) -> int:
+        """The judge's count of new errors, remembered per canvas (a trial is never judged twice)."""
+        key = canvas.numpy().tobytes()
+        found = self.memo.get(key)
+        if found is None:
+            found = self.count(canvas)
+            self.spent += 1
+            if len(self.memo) < CACHE:
+                self.memo[key] = found
+        return found
+
+
+def free_runs(free: Tensor) -> list[Tensor]:
+    """The maximal runs of consecutive free positions, in order."""
+    where = free.nonzero().squeeze(-1)
+    if where.numel() == 0:
+        return []
+    return list(torch.tensor_split(where, (torch.diff(where) > 1).nonzero().squeeze(-1).add(1).tolist()))
+
+
+def runs_beside(free: Tensor, changed: Tensor) -> list[Tensor]:
+    """The runs of free positions just left and just right of each changed position, then both together."""
+    out = []
+    n = len(free)
+    for p in changed.tolist():
+        left, right = _run(free, p - 1, -1, n), _run(free, p + 1, 1, n)
+        out += [r for r in (left, right) if r.numel()]
+        if left.numel() and right.numel():
+            out.append(torch.cat([left, right]))
+    return out
+
+
+def _run(free: Tensor, start: int, step: int, n: int) -> Tensor:
+    at, got = start, []
+    while 0 <= at < n and bool(free[at]):
+        got.append(at)
+        at += step
+    return torch.tensor(sorted(got), dtype=torch.long)
+
+
+def unique(trials: Iterable[Tensor]) -> Iterator[Tensor]:
+    """`trials` without repeats, lazily (a later trial is built only when the earlier ones failed)."""
+    seen: set[bytes] = set()
+    for t in trials:
+        key = t.numpy().tobytes()
+        if key not in seen:
+            seen.add(key)
+            yield t
+
+
+# ---------------------------------------------------------------- the first witness
+
+
+@dataclass(frozen=True)
+class Filler:
+    """Text that fits a hole of any length from a minimum up: `pre`, then `unit` m times, then `post`."""
+
+    pre: str
+    unit: str  # one token's text, repeated to reach the hole's length ("" with blank: the plan's pad)
+    post: str
+    least: int = 0  # m at least
+
+
+class Fillers:
+    """Fillers of an exact token count for a stretch of holes, given the text around it (cached)."""
+
+    def __init__(self, lang: str, tokenizer: Any, blank: int | None) -> None:
+        self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
+        self.memo: dict[tuple[str, str, int], list[list[int]]] = {}
+        self.escapes: dict[int, bool] = {}
+
+    def escape(self, token: int) -> bool:
+        """Whether a token starts a comment: the universal way to make the rest of a line parse, so never a replacement."""
+        found = self.escapes.get(token)
+        if found is None:
+            text = self.tokenizer.decode([token])
+            found = self.escapes[token] = any(mark in text for mark in COMMENTS.get(self.lang, ()))
+        return found
+
+    def __call__(self, before: str, after: str, n: int) -> list[list[int]]:
+        key = (before[-CONTEXT:], after[:CONTEXT], n)
+        found = self.memo.get(key)
+        if found is None:
+            found = fits(fillers(self.lang, key[0], key[1], self.blank is not None), n, self.tokenizer, self.blank)
+            if len(self.memo) < CACHE:
+                self.memo[key] = found
+        return found
+
+
+COMMENTS = {"python": ("#",)} | {lang: ("//", "/*") for lang in ("c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust")}
+CONTEXT = 4000  # characters each side a filler looks at (brackets opened further away are not closed by fillers)
+
+
+def first_witness(canvas: Tensor, runs: Sequence[range], around: Sequence[tuple[str, str]], fit: Fit,
+                  judge: Judge, seeds: Sequence[list[int]] | None = None, budget: int | None = None) -> Tensor | None:  # fmt: skip
+    """A filling of every hole run that the judge passes, from fillers (coordinate search over holes); None: none found.
+
+    `around` is each hole's (text before it, text after it) in the file; `seeds` (the model's draft
+    of each run) are tried first.
+    """
+    options = [fit(before, after, len(r)) for r, (before, after) in zip(runs, around, strict=True)]
+    if seeds is not None:
+        options = [[seed, *(o for o in opts if o != seed)] for seed, opts in zip(seeds, options, strict=True)]
+    if any(not o for o in options):
+        return None
+    choice = [0] * len(runs)
+
+    def assemble() -> Tensor:
+        out = canvas.clone()
+        for r, opts, c in zip(runs, options, choice, strict=True):
+            out[r.start : r.stop] = torch.tensor(opts[c], dtype=torch.long)
+        return out
+
+    best, spent = judge(assemble()), 1
+    for _ in range(2):
+        for i, opts in enumerate(options):
+            for c in range(len(opts)):
+                if best == 0:
+                    return assemble()
+                if budget is not None and spent >= budget:
+                    return None
+                keep, choice[i] = choice[i], c
+                errors, spent = judge(assemble()), spent + 1
+                if errors < best:
+                    best = errors
+                else:
+                    choice[i] = keep
+    return assemble() if best == 0 else None
+
+
+def fits(candidates: Sequence[Filler], length: int, tokenizer: Any, blank: int | None) -> list[list[int]]:
+    """Each filler as exactly `length` token ids (those that cannot reach that length are left out), no repeats."""
+    out: list[list[int]] = []
+    for f in candidates:
+        unit = blank if f.unit == "" else single_token(tokenizer, f.unit)
+        if unit is None:
+            continue
+        pre = tokenizer.encode(f.pre) if f.pre else []
+        post = tokenizer.encode(f.post) if f.post else []
+        m = length - len(pre) - len(post)
+        ids = pre + [unit] * m + post
+        if m >= f.least and ids not in out:
+            out.append(ids)
+    return out
+
+
+def single_token(tokenizer: Any, text: str) -> int | None:
+    """The id of a token whose text is exactly `text`, if the tokenizer has one."""
+    ids = tokenizer.encode(text)
+    return ids[0] if len(ids) == 1 and tokenizer.decode(ids) == text else None
+
+
+OPEN, CLOSE = "([{", ")]}"
+C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
+
+
+def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
+    """Fillers worth trying for a hole between `before` and `after`, most neutral first: each body as it
+    is, then with the brackets `after` closes opened before it and those `before` left open closed after it."""
+    (close, opens), inside = balance(before, after), open_literal(before, lang)
+    out = [Filler("", "", "")] if blank else []
+    if inside:  # the hole starts inside a string or comment: end it first
+        out += [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
+    for body in bodies(lang, before, after):
+        out.append(body)
+        if close or opens:
+            out.append(Filler(opens + body.pre, body.unit, body.post + close, body.least))
+    if blank:
+        out += [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
+    return out
+
+
+C_BODIES = (Filler("/*", "x", "*/"), Filler(";/*", "x", "*/"), Filler("x;/*", "x", "*/"), Filler("x/*", "x", "*/"),
+            Filler("{/*", "x", "*/}"))  # fmt: skip
+ANY_BODIES = (Filler("x", "x", ""), Filler(" x", "x", ""), Filler("", "x", "", least=1), Filler("0", " ", ""), Filler("", " ", ""))
+
+
+def bodies(lang: str, before: str, after: str) -> list[Filler]:
+    """The language's do-nothing code that stretches to any length: statements first, then expressions."""
+    if lang != "python":
+        return (list(C_BODIES) if lang in C_LIKE else []) + list(ANY_BODIES)
+    at = indents(before, after)
+    # a hole that ends where code goes on (a benchmark middle ends with its line break): its statements end the line
+    end = "\n" if at and after[:1] not in ("", "\n", "\r") else ""
+    out = [Filler(i + "pass", " ", end) for i in at] + [Filler(i + "pass  #", "x", end) for i in at]
+    if after.lstrip(" \t").startswith(":"):  # a block's head whose colon is already there
+        out += [Filler(i + "if x", " ", "") for i in at] + [Filler(i + "if x", "x", "") for i in at]
+    line = next((line for line in after.split("\n") if line.strip()), "")
+    below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
+    close, opens = balance(before, after)
+    if close and at:  # close the brackets first, then the lines below need a block's head at some shallower level
+        out += [Filler(close + "\n" + openers_chain(i, below), " ", end) for i in dict.fromkeys(["", "    ", "        ", *at])]
+    for i in at:  # blocks that the lines below indent under, as many levels deep as they are
+        chain = openers_chain(i, below)
+        out += [Filler(chain, " ", end), Filler(chain + "  #", "x", end)]
+        if word in CONTINUATIONS:  # `elif`/`else`/`except` below: a block of its own kind, with a body, at its level
+            body = openers_chain(i, below + "    ", "try:" if word in ("except", "finally") else "if x:")
+            out.append(Filler(body + "\n" + below + "    pass", " ", end))
+        if opens:  # the lines below close brackets: open them in a statement (or a block's head)
+            out += [Filler(i + "x = " + opens, " ", end), Filler(i + "if x" + opens, " ", end)]
+    if opens_block(before, after):  # the hole ends a line whose next one is deeper: it ends with a colon
+        close, _ = balance(before, after)
+        out += [Filler(" x", "x", close + ":"), Filler("", "x", close + ":"), Filler(" x", " ", close + ":"),
+                Filler("", "x", open_literal(before, lang) + close + ":")]  # fmt: skip
+    return out + list(ANY_BODIES)
+
+
+def opens_block(before: str, after: str) -> bool:
+    """Whether the line the hole ends starts a block: the hole's line has code, the next line is deeper."""
+    line = before[before.rfind("\n") + 1 :]
+    if not line.strip() or not after.startswith("\n"):
+        return False
+    below = next((x for x in after.split("\n")[1:] if x.strip()), "")
+    return len(_lead(below)) > len(_lead(line))
+
+
+CONTINUATIONS = ("elif", "else", "except", "finally")
+
+
+def openers_chain(indent: str, below: str, last: str = "if x:") -> str:
+    """`if x:` at `indent`, nested as many levels as `below` is deeper (at least one); the deepest is `last`."""
+    deeper = below[len(indent) :] if below.startswith(indent) and len(below) > len(indent) else "    "
+    step = "\t" if deeper.startswith("\t") else "    "
+    levels = max(1, len(deeper) // len(step))
+    return "\n".join(indent + step * n + ("if x:" if n < levels - 1 else last) for n in range(levels))
+
+
+def _lead(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def indents(before: str, after: str) -> list[str]:
+    """Indentation a statement in the hole may still need: none when the hole's line already has code; else
+    what completes the line's own leading whitespace to the line above's (deeper after a ':'), the line
+    below's, one level out of either (a head over a body), or nothing more."""
+    line = before[before.rfind("\n") + 1 :]
+    if line.strip():
+        return []
+    above = next((x for x in reversed(before[: len(before) - len(line)].split("\n")) if x.strip()), "")
+    below = next((x for x in after.split("\n") if x.strip()), "")
+    levels = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
+    levels += [_lead(above), _lead(below), ""]
+    levels += [x[:-4] for x in (_lead(below), _lead(above)) if x.endswith("    ")]  # a head one level out (a body below it)
+    return list(dict.fromkeys(x[len(line) :] for x in levels if x.startswith(line))) or [""]
+
+
+STRINGS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S)
+
+
+PY_LITERAL = re.compile("\"\"\"|'''|[\"'#]")
+C_LITERAL = re.compile("[\"'`]|//|/\\*")
+
+
+def open_literal(before: str, lang: str) -> str:
+    """What ends the string or comment that `before` stops inside ("" when it stops in code), roughly:
+    quotes with backslash escapes, Python's triple quotes, line and block comments."""
+    python = lang == "python"
+    starts = PY_LITERAL if python else C_LITERAL
+    text, i = before[-CONTEXT:], 0
+    while (found := starts.search(text, i)) is not None:
+        start = found.group()
+        if start in ("#", "//", "/*"):
+            stop = "*/" if start == "/*" else "\n"
+            end = text.find(stop, found.end())
+            if end < 0:
+                return stop
+            i = end + len(stop)
+        else:
+            end = _literal_end(text, found.end(), start)
+            if end < 0:
+                return start
+            i = end
+    return ""
+
+
+def _literal_end(text: str, at: int, quote: str) -> int:
+    """Where a literal opened by `quote` before `at` ends (after its closing quote); -1: still open at the end.
+    A one-line string cut by a line break counts as ended there (the user's code is broken, not ours)."""
+    while at < len(text):
+        if text[at] == "\\":
+            at += 2
+        elif text.startswith(quote, at):
+            return at + len(quote)
+        elif text[at] == "\n" and len(quote) == 1 and quote != "`":
+            return at + 1
+        else:
+            at += 1
+    return -1
+
+
+def balance(before: str, after: str) -> tuple[str, str]:
+    """(closers, openers): what a hole must close of the brackets `before` leaves open, and open for the
+    closers `after` has no opener for, so that the brackets match (strings and comments skipped, roughly).
+    The enclosing brackets that `after` closes itself stay open: only the difference is made up."""
+    left = _open_stack(before)  # bottom..top
+    need = _unopened(after)  # in order of appearance: the first closes the innermost
+    if len(need) >= len(left):
+        extra = need[: len(need) - len(left)]
+        return "", "".join(OPEN[CLOSE.index(c)] for c in reversed(extra))
+    return "".join(CLOSE[OPEN.index(b)] for b in reversed(left[len(need) :])), ""
+
+
+def _open_stack(text: str) -> list[str]:
+    stack: list[str] = []
+    for ch in STRINGS.sub("", text):
+        if ch in OPEN:
+            stack.append(ch)
+        elif ch in CLOSE and stack and stack[-1] == OPEN[CLOSE.index(ch)]:
+            stack.pop()
+    return stack
+
+
+def _unopened(text: str) -> list[str]:
+    stack: list[str] = []
+    for ch in reversed(STRINGS.sub("", text)):
+        if ch in CLOSE:
+            stack.append(ch)
+        elif ch in OPEN and stack and stack[-1] == CLOSE[OPEN.index(ch)]:
+            stack.pop()
+    return stack[::-1]
