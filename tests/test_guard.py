@@ -223,7 +223,7 @@ def test_a_first_witness_can_come_from_the_model_s_first_draft(shipped):
         logits[:, rn] = 10.0
         return logits
 
-    job.predict = predict
+    job.dlm = dataclasses.replace(job.dlm, predict=predict)
     result = job.run()
     assert result.guard is not None and not result.guard["guard_gave_up"]
     assert result.text == "x = f(1, 2)\n" and not result.breakage.broken
@@ -282,7 +282,7 @@ def random_job(rnd: random.Random, source: str, lang: str, dlm) -> fill.Job:
     marked = source[:at] + f"⟦fill:{rnd.randint(1, 12)}⟧" + source[at + cut :]
     plan = spans.plan_infill(marked, dlm.vocab, None, None)
     decoder = fill.make_decoder(name, run.options, None)
-    return fill.Job(plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), predict=fill.exact_length(dlm))
+    return fill.Job(plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), processors=fill.exact_length(dlm))
 
 
 @pytest.mark.slow

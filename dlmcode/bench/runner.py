@@ -148,7 +148,7 @@ class Infill:
         model = config.model(dlm)
         # The hidden middle is the user's text for the hole, as a --span's lines are.
         return fill.Job(plan, model, config.decoder, seed, task.lang, originals=(task.canonical or "",),
-                        predict=fill.exact_length(model))
+                        processors=fill.exact_length(model))
 
     def output(self, task: Task, result: fill.Result) -> str:
         return result.text[len(task.prompt) : len(result.text) - len(task.suffix)]

@@ -20,13 +20,14 @@ import torch
 
 from .. import decoders
 from ..core.assistant import TRAIN_HINT, check, token_table
-from ..core.canvas import Decoder, Predict, Step, last
+from ..core.canvas import Decoder, Step, last
 from ..core.errors import ModelError, UsageError
 from ..core.run import AUTO, RunSettings
 from ..models import cache as kvcache
 from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
 from ..text import guard, oracle, spans, syntax
+from .processors import Ban, Penalty, Processor, names, processed
 
 Follow = Callable[[Iterator[Step]], Step | None]
 
@@ -49,6 +50,7 @@ class Result:
     fill_lines: tuple[tuple[int, int], ...] = ()  # 1-based inclusive lines of `text` each fill stands on
     guard: Mapping[str, Any] | None = None  # a guarded decode's counters (guard.Stats); None: unguarded
     notes: tuple[str, ...] = ()  # one line each, for the user: why a guard asked for could not hold
+    processors: tuple[str, ...] = ()  # what was done to the logits (jobs/processors.py), by name
 
     @property
     def tpf(self) -> float:
@@ -70,6 +72,7 @@ class Result:
             "breakage": self.breakage.to_dict() if self.breakage else None,
             "guard": dict(self.guard) if self.guard is not None else None,
             "notes": list(self.notes),
+            "processors": list(self.processors),
         }
 
 
@@ -85,7 +88,7 @@ class Job:
     originals: tuple[str, ...] | None = None  # the user's text per hole when the plan lacks it (a benchmark's hidden middle)
     finish: Callable[[spans.Filled], str] | None = None  # a chat job: the code cut out of the reply, all of it the model's
     trim_at: int | None = None  # generate: the completion ends at the first end-of-text
-    predict: Predict | None = None  # the model's predict with end-of-text policies applied
+    processors: tuple[Processor, ...] = ()  # what happens to the logits, in order (jobs/processors.py)
     notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
 
     def __post_init__(self) -> None:
@@ -157,7 +160,7 @@ class Job:
 
     def steps(self) -> Iterator[Step]:
         rng = torch.Generator().manual_seed(self.seed)
-        return self.decoder(self.plan.canvas, self.predict or self.dlm.predict, rng)
+        return self.decoder(self.plan.canvas, processed(self.dlm.predict, self.processors), rng)
 
     def run(self, follow: Follow = last) -> Result:
         """Decode (through `follow`, which consumes the Step stream) and splice the result."""
@@ -182,6 +185,7 @@ class Job:
             reopened=sum(taken),
             guard=self.guard_stats(),
             notes=tuple(self.notes),
+            processors=names(self.processors),
             fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
         )
 
@@ -293,8 +297,7 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
     plan = spans.plan_infill(source, model.vocab, span, length)
     if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
         plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
-    predict = model.predict if auto else exact_length(model)
-    return Job(plan, model, built, run.seed, run.lang, predict=predict)
+    return Job(plan, model, built, run.seed, run.lang, processors=() if auto else exact_length(model))
 
 
 def decoding(dlm: Dlm, run: RunSettings) -> tuple[Decoder, Dlm]:
@@ -342,11 +345,11 @@ def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None =
     plan = spans.plan_generate(text, model.vocab, run.length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     if not use_chat:
-        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, predict=eos.wrap(model))
+        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=eos.processors(model))
     if oracle.wants(built):
         raise UsageError(f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat")
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
-    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, predict=eos.wrap(model))
+    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=eos.processors(model))
 
 
 def prepare_middle(
@@ -374,8 +377,7 @@ def prepare_middle(
     built, model = decoding(default_model(dlm), run)
     plan = spans.plan_middle(prefix, suffix, model.vocab, length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
-    predict = model.predict if end_ids else exact_length(model)
-    return Job(plan, model, built, seed, lang, predict=predict)
+    return Job(plan, model, built, seed, lang, processors=() if end_ids else exact_length(model))
 
 
 @dataclass(frozen=True)
@@ -390,30 +392,20 @@ class EndOfText:
         ids = (model.eos_id, model.eot_id) if self.confidence_eos_eot_inf else ()
         return tuple(i for i in ids if i is not None)
 
-    def wrap(self, model: Dlm) -> Predict:
-        penalty = float("inf") if self.logits_eos_inf else self.eos_penalty
-        if not penalty or model.eos_id is None:
-            return model.predict
-        return penalized(model.predict, model.eos_id, penalty)
+    def processors(self, model: Dlm) -> tuple[Processor, ...]:
+        if model.eos_id is None:
+            return ()
+        if self.logits_eos_inf:
+            return (Ban((model.eos_id,), "end-of-text"),)
+        return (Penalty(model.eos_id, self.eos_penalty, "end-of-text"),) if self.eos_penalty else ()
 
 
-def exact_length(model: Dlm) -> Predict:
-    """predict for holes of a fixed length: they hold code, so the pad token is never proposed.
+def exact_length(model: Dlm) -> tuple[Processor, ...]:
+    """Holes of a fixed length hold code, so the pad token is never proposed.
 
     Only --length auto over-allocates and leaves room for pads (which splicing strips).
     """
-    return model.predict if model.pad_id is None else penalized(model.predict, model.pad_id, float("inf"))
-
-
-def penalized(predict: Predict, token: int, penalty: float) -> Predict:
-    """`predict` with `penalty` subtracted from `token`'s logit everywhere (inf: never proposed)."""
-
-    def wrapped(tokens: torch.Tensor) -> torch.Tensor:
-        logits = predict(tokens).clone()  # (L, V)
-        logits[:, token] -= penalty
-        return logits
-
-    return wrapped
+    return () if model.pad_id is None else (Ban((model.pad_id,), "pad"),)
 
 
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)

@@ -22,6 +22,7 @@ from ..core.errors import DlmcodeError, UsageError
 from ..core.run import check_batch
 from ..jobs import batch as batching
 from ..jobs import fill as jobs
+from ..jobs.processors import Remember
 from ..models.base import Dlm
 from . import length, steps, trim
 from .request import BadRequest, Fill
@@ -119,8 +120,8 @@ class Engine:
                                       cache_refresh=self.cache_refresh)  # lang: syntax-guard's oracle
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
-        remember = steps.Remember(job.predict or job.dlm.predict)
-        job.predict = remember
+        remember = Remember()
+        job.processors += (remember,)  # last: it keeps the logits the decoder sees
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())

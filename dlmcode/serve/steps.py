@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 from ..core import sampling
-from ..core.canvas import Canvas, Predict, Step
+from ..core.canvas import Canvas, Step
+from ..jobs.processors import Remember
 
 ENDED = "end"  # the model ended the fill
 TIME = "time"  # t_max_predict_ms ran out: the holes left were committed at once
@@ -33,18 +34,6 @@ FULL = "length"  # every hole was decoded
 
 class Cancelled(Exception):
     """The request's client has gone; the decode stopped between two steps."""
-
-
-class Remember:
-    """`predict` that keeps its last (L, V) logits."""
-
-    def __init__(self, predict: Predict) -> None:
-        self.predict = predict
-        self.logits: Tensor | None = None
-
-    def __call__(self, tokens: Tensor) -> Tensor:
-        self.logits = self.predict(tokens)  # (L, V)
-        return self.logits
 
 
 @dataclass

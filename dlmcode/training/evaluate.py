@@ -19,7 +19,6 @@ Stream first: `run_tasks` yields one record per task; `summarize` folds records 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -40,6 +39,7 @@ from ..bench.heldout import (
     sources,
 )
 from ..jobs import fill
+from ..jobs.processors import Ban, Processor
 from ..models.base import Dlm
 from ..text import syntax
 
@@ -68,20 +68,14 @@ def newline_ids(tokenizer) -> list[int]:
     return sorted(i for piece, i in vocab.items() if "Ċ" in piece)
 
 
-def one_line(dlm: Dlm) -> Dlm:
-    """The model with line breaks never proposed: a single-line span stays one line (the hole
-    excludes the line's own break). Only for "line" tasks; our choice, reported separately."""
-    banned = torch.tensor(newline_ids(dlm.tokenizer), dtype=torch.long)
-
-    def predict(tokens: torch.Tensor) -> torch.Tensor:
-        logits = dlm.predict(tokens).clone()  # (L, V)
-        logits[:, banned] = float("-inf")
-        return logits
-
-    return dataclasses.replace(dlm, predict=predict)
+def one_line(dlm: Dlm) -> Ban:
+    """Line breaks never proposed: a single-line span stays one line (the hole excludes the
+    line's own break). Only for "line" tasks; our choice, reported separately."""
+    return Ban(tuple(newline_ids(dlm.tokenizer)), "line breaks")
 
 
-def run_task(task: Task, text: str, dlm: Dlm, decoder: str, options: Mapping[str, Any] | None = None) -> Outcome:
+def run_task(task: Task, text: str, dlm: Dlm, decoder: str, options: Mapping[str, Any] | None = None,
+             processors: tuple[Processor, ...] = ()) -> Outcome:  # fmt: skip
     """Fill one task's hole with `decoder` and score it."""
     target = text[task.start : task.end]
     truth = dlm.tokenizer.encode(target)
@@ -90,6 +84,7 @@ def run_task(task: Task, text: str, dlm: Dlm, decoder: str, options: Mapping[str
         job = fill.prepare_infill(source, None, dlm=dlm, decoder=decoder, options=options)
     else:
         job = fill.prepare_infill(text, task.lines, dlm=dlm, decoder=decoder, options=options)
+    job.processors += processors
     start = time.perf_counter()
     result = job.run()
     seconds = time.perf_counter() - start
@@ -119,9 +114,10 @@ def baselines(task: Task, text: str) -> dict[str, bool]:
     }
 
 
-def run_tasks(tasks: Iterable[Task], files: Mapping[str, str], dlm: Dlm, decoder: str, options=None) -> Iterator[Outcome]:
+def run_tasks(tasks: Iterable[Task], files: Mapping[str, str], dlm: Dlm, decoder: str, options=None,
+              processors: tuple[Processor, ...] = ()) -> Iterator[Outcome]:  # fmt: skip
     for task in tasks:
-        yield run_task(task, files[task.path], dlm, decoder, options)
+        yield run_task(task, files[task.path], dlm, decoder, options, processors)
 
 
 def summarize(outcomes: Iterable[Outcome]) -> dict[str, Any]:
@@ -167,13 +163,13 @@ def evaluate(
     files = heldout_files() if files is None else files
     for kind, n in suite.items():
         tasks = make_tasks(files, kind, n, seed, dlm.tokenizer)
-        variants = [(name, options, dlm) for name, options in decoders.items()]
+        variants = [(name, options, ()) for name, options in decoders.items()]
         if kind == "line" and one_line_rule:
-            variants += [(name, options, one_line(dlm)) for name, options in decoders.items()]
-        for i, (name, options, model) in enumerate(variants):
+            variants += [(name, options, (one_line(dlm),)) for name, options in decoders.items()]
+        for i, (name, options, processors) in enumerate(variants):
             label = name + (" +one-line" if i >= len(decoders) else "")
             outcomes = []
-            for outcome in run_tasks(tasks, files, model, name, options):
+            for outcome in run_tasks(tasks, files, dlm, name, options, processors):
                 outcomes.append(outcome)
                 yield {"event": "task", "source": source, "decoder": label, **asdict(outcome)}
             yield {"event": "summary", "source": source, "decoder": label, "kind": kind, **summarize(outcomes)}
