@@ -5,7 +5,11 @@ inside a worker it hands its tokens to the `Batcher` and blocks; the Batcher wai
 every running decode has asked (or finished), runs ONE batched forward over all the requests
 (`ForwardBatch`: right padding to the longest, a key-padding mask so padded positions are
 never attended, rows cut back to each length) and hands each its own (L_i, V) logits. torch
-releases the GIL inside a forward, and all workers are blocked while it runs.
+releases the GIL inside a forward, and all workers are blocked while it runs. A KV-cached
+predict (models/cache.py) keeps its own cache per decode; where the family batches cached
+runs (`Dlm.run_rows`, the built-in model), its model runs are `RoutedRun` and join the same
+forwards (full runs together, each row's block against its own cached keys together). The
+server's queue (serve/queue.py) drives these pieces for requests that come and go.
 
 Why the results do not depend on the batch size (the drift users report for Fast-dLLM,
 docs/field.md D.2): only the forward is shared. Every decode keeps its own decoder, canvas
