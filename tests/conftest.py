@@ -117,3 +117,13 @@ def tiny_assistant_decoders(monkeypatch):
             patched = dataclasses.make_dataclass(cls.__name__, [("assistant", typing.get_type_hints(cls)["assistant"], field)], bases=(cls,), frozen=True)
             patched.__doc__ = cls.__doc__
             monkeypatch.setitem(DECODERS, name, patched)
+
+
+@pytest.fixture
+def source(tmp_path):
+    """point.py holding cli_run.SOURCE: the file the CLI tests infill (a test file may define its own)."""
+    from cli_run import SOURCE
+
+    path = tmp_path / "point.py"
+    path.write_text(SOURCE)
+    return path

@@ -8,39 +8,9 @@ import re
 import stat
 
 import pytest
-from typer.testing import CliRunner
-
-from dlmcode.cli.commands import app
+from cli_run import SOURCE, one_line_error, run
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-
-SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
-
-
-@pytest.fixture
-def source(tmp_path):
-    path = tmp_path / "point.py"
-    path.write_text(SOURCE)
-    return path
-
-
-def run(*args, input=None):
-    return CliRunner().invoke(app, [str(a) for a in args], input=input)
-
-
-def one_line_error(result, code=None):
-    """A user error: non-zero exit, exactly one line on stderr, no traceback, nothing on stdout."""
-    assert result.exit_code != 0, result.stdout
-    if code is not None:
-        assert result.exit_code == code
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("dlmcode: error: ")
-    assert "Traceback" not in result.stderr
-    assert result.stdout == ""
-    return lines[0]
-
 
 def test_infill_prints_whole_file_with_only_the_span_changed(model, source):
     result = run("infill", source, "--span", "7:8", "-m", model)
@@ -64,8 +34,9 @@ def test_infill_json_fields(model, source):
     result = run("infill", source, "--span", "2", "-m", model, "--json", "-d", "threshold", "-o", "tau=0.5")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"text", "decoder", "model", "ids", "canvas", "calls", "filled", "tpf", "seconds", "breakage", "reopened", "guard", "notes"}
+    assert set(data) == {"text", "decoder", "model", "ids", "canvas", "calls", "filled", "tpf", "seconds", "breakage", "reopened", "guard", "notes", "processors"}
     assert data["decoder"]["name"] == "threshold" and data["decoder"]["settings"]["tau"] == 0.5
+    assert data["processors"] == ["ban pad"]  # the span's own length: pads are never proposed
     assert len(data["ids"]) == data["filled"] > 0
     assert 1 <= data["calls"] <= data["filled"]
     assert data["tpf"] == pytest.approx(data["filled"] / data["calls"], abs=1e-4)

@@ -656,7 +656,7 @@ def dream_first_pick(rows: list[list[float]], temperature: float, alg: str) -> i
 )
 def test_dream_orders_use_the_tempered_distribution(cls, alg, rows):
     # Dream's sample_tokens divides logits by the temperature before computing the confidence that
-    # orders commits (so temperature changes DiffuCoder's generation order, docs/field.md B.3).
+    # orders commits (so temperature changes DiffuCoder's generation order, docs/research/field.md B.3).
     temperature = 0.3
     assert dream_first_pick(rows, 1.0, alg) != dream_first_pick(rows, temperature, alg)  # the case is telling
     predict, canvas = fixed_logits_model(rows, mask_id=99)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import SOURCE, run, source  # noqa: F401  (the CLI tests' helper and small-file fixture)
+from cli_run import SOURCE, run
 
 from dlmcode.core import files
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import run  # the CLI in-process, as the CLI tests run it
+from cli_run import one_line_error, run
 
 from dlmcode import __version__
 from dlmcode.core import files
@@ -29,18 +29,6 @@ def source(tmp_path):
     path = tmp_path / "point.py"
     path.write_text(SOURCE)
     return path
-
-
-def one_line_error(result, code=None):
-    """Non-zero exit, one `dlmcode: error:` line on stderr, no traceback, nothing on stdout."""
-    assert result.exit_code != 0, result.stdout
-    if code is not None:
-        assert result.exit_code == code, result.stderr
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dlmcode: error: "), result.stderr
-    assert result.stdout == ""
-    return lines[0]
 
 
 def cli(*args, env=None, stdout=subprocess.PIPE, input=None):

@@ -115,7 +115,7 @@ def remote_folder(path: Path, model_type: str, arch: str, tok, config: dict, pos
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
-    skip = "pass  # like LLaDAModelLM: no post_init (field.md A.4.1)"
+    skip = "pass  # like LLaDAModelLM: no post_init (docs/research/field.md A.4.1)"
     code = MODELING.format(model_type=model_type, post_init="self.post_init()" if post_init else skip)
     (path / "modeling_toy.py").write_text(code)
     torch.manual_seed(0)

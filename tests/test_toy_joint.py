@@ -1,4 +1,4 @@
-"""Parallel decoders on toy joint distributions with an oracle model (issue 4; docs/seeds.md 5.3).
+"""Parallel decoders on toy joint distributions with an oracle model (issue 4; docs/research/seeds.md 5.3).
 
 The joint is a uniform mixture over a few short phrases. The oracle's `predict` returns the
 exact conditional marginals p(x_j | visible tokens), found by enumerating the support, so

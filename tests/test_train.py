@@ -211,3 +211,22 @@ def test_init_continues_a_saved_model_at_a_longer_context(mini_stdlib, tmp_path)
         list(T.train(micro(mini_stdlib, tmp_path / "d", max_steps=1, dim=48, init=str(src))))
     with pytest.raises(UsageError, match="its tokenizer is not the training data's"):
         list(T.train(micro(mini_stdlib, tmp_path / "e", max_steps=1, vocab_size=384, max_files=2, init=str(src))))
+
+
+def test_dlmcode_train_exports_the_best_model_with_its_card(mini_stdlib, tmp_path):
+    from typer.testing import CliRunner
+
+    from dlmcode.cli.commands import app
+
+    out, ship = tmp_path / "run", tmp_path / "ship"
+    settings = [f"-o{k}={v}" for k, v in [("out", out), ("stdlib", mini_stdlib), ("max_steps", 10), ("vocab_size", 384),
+                ("dim", 32), ("n_layers", 2), ("n_heads", 2), ("seq", 64), ("batch", 8), ("log_every", 5), ("eval_windows", 8)]]  # fmt: skip
+    result = CliRunner().invoke(app, ["train", *settings, "--export", str(ship), "-q"])
+    assert result.exit_code == 0, result.stderr
+    card = (ship / "MODEL_CARD.md").read_text()
+    assert card == T.model_card(out)
+    assert "| size | d=32, 2 layers, 2 heads, vocab 384, context 64 |" in card
+    assert f"stdlib={mini_stdlib}" in card and "max_steps=10" in card  # the command's settings, as given
+    assert "| run | 10 steps, 5,120 tokens," in card
+    dlm = builtin.load(ship, torch.device("cpu"), torch.float32)
+    assert dlm.predict(torch.tensor([5, 6, 7])).shape == (3, 384)

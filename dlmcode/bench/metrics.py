@@ -1,10 +1,10 @@
 """Per-sample records and their aggregates: pass@1, exact match, syntax-valid rate, TPF, speed.
 
 A Sample is one decode of one task by one decoder setting with one seed; a Tally folds
-Samples into the summary row of that setting. Definitions (docs/field.md C):
+Samples into the summary row of that setting. Definitions (docs/research/field.md C):
 - pass_at_1: share of tested samples whose tests passed (one sample per task and seed);
 - exact_match: the fill equals the canonical middle after stripping surrounding whitespace
-  (docs/field.md E);
+  (docs/research/field.md E);
 - syntax_valid: share of checked samples with no new syntax error (1 - breakage rate);
 - trivial: share of classified samples whose fill is only whitespace, comments and do-nothing
   tokens (dlmcode/text/trivial.py: `pass`, `...`, `;`, `{}`), the cheap way to stay syntax-valid;

@@ -4,7 +4,7 @@ Stream first: `BenchRun.stream()` and `compare()` yield Samples as they finish (
 view draws them); `BenchRun.finish()` gathers them and writes the outputs.
 
 Infill tasks get an oracle length: each hole has exactly the canonical middle's token
-count, the upper-bound protocol of docs/field.md E (Open-dLLM's "oracle length").
+count, the upper-bound protocol of docs/research/field.md E (Open-dLLM's "oracle length").
 Under torchrun (env RANK/WORLD_SIZE) each rank decodes every WORLD_SIZE-th task and rank 0
 gathers the Samples and writes the same outputs one process would.
 """

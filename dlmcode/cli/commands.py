@@ -343,6 +343,7 @@ def list_decoders(json_out: Json = False) -> None:
 @app.command(cls=Command)
 def train(
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="training setting key=value (repeatable; see dlmcode/training/train.py TrainConfig)")] = None,
+    export: Annotated[str | None, typer.Option(help="after training, copy the best model here (bf16) with a model card")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Train the built-in dLLM (tokenizer and model) on this Python's standard library; resumes a run folder."""
@@ -352,6 +353,8 @@ def train(
     with reported():
         cfg = training.parse_overrides(option or [])
         last = view.follow_training(training.logged(cfg), view.console(quiet))
+        if export:
+            training.export(Path(cfg.out) / "best", export, card=training.model_card(cfg.out))
         emit(json.dumps(last))
 
 

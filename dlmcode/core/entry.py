@@ -1,6 +1,6 @@
 """How every entry point reports: the `dlmcode` commands and each `python -m dlmcode.…` module.
 
-One rule for all of them (DESIGN.md's CLI rules): an error is one line on stderr and a
+One rule for all of them (docs/design.md's rules): an error is one line on stderr and a
 non-zero exit (2 for usage, 1 for the rest, 130 for Ctrl-C); an option is given once; a
 number is written in ASCII digits. The commands themselves live in dlmcode/cli/ and in the
 training modules; this module is below both, so neither imports the other for it.

@@ -1,4 +1,4 @@
-"""DiCo, divide and conquer parallel decoding (arXiv 2602.23792; docs/seeds.md section 3).
+"""DiCo, divide and conquer parallel decoding (arXiv 2602.23792; docs/research/seeds.md section 3).
 
 Each call: Divide picks spread-out confident seed holes and grows each into a cluster of
 neighbouring confident holes; Conquer commits inside the clusters with Fast-dLLM's factor

@@ -1,6 +1,6 @@
 """Mean-Field parallel decoding (arXiv 2606.15805): margins inhibited by pairwise similarity.
 
-Which holes of the block to commit is MAP inference in a binary pairwise MRF (docs/seeds.md
+Which holes of the block to commit is MAP inference in a binary pairwise MRF (docs/research/seeds.md
 section 2): unary c_i = top-1 minus top-2 log-probability, pairwise D_ij = 1 - JSD(pi_i, pi_j)/ln 2
 (holes with alike distributions inhibit each other), solved by R parallel mean-field updates
 q <- sigmoid(c - D q); the holes with q >= T are committed. No official code exists; every

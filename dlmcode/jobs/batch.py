@@ -12,7 +12,7 @@ forwards (full runs together, each row's block against its own cached keys toget
 server's queue (serve/queue.py) drives these pieces for requests that come and go.
 
 Why the results do not depend on the batch size (the drift users report for Fast-dLLM,
-docs/field.md D.2): only the forward is shared. Every decode keeps its own decoder, canvas
+docs/research/field.md D.2): only the forward is shared. Every decode keeps its own decoder, canvas
 and seeded generator, so no choice, threshold or random number is ever taken over the batch
 (LLaDA's batched generate draws the Gumbel noise of all rows at once from the global
 generator, so a row's noise depends on its batch). The batched path always passes a mask,

@@ -382,7 +382,7 @@ def prepare_middle(
 
 @dataclass(frozen=True)
 class EndOfText:
-    """Ways to stop instruct dLLMs flooding the canvas with end-of-text (docs/field.md D.4)."""
+    """Ways to stop instruct dLLMs flooding the canvas with end-of-text (docs/research/field.md D.4)."""
 
     logits_eos_inf: bool = False  # LLaDA: end-of-text can never be proposed
     confidence_eos_eot_inf: bool = False  # LLaDA: end-of-text/turn proposals are committed last

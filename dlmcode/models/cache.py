@@ -1,4 +1,4 @@
-"""Prefix and dual KV caches for semi-autoregressive block decoding, behind `predict` (DESIGN.md).
+"""Prefix and dual KV caches for semi-autoregressive block decoding, behind `predict` (docs/design.md).
 
 Fast-dLLM (arXiv 2505.22618, Sec. 3.2): at a block's first call, run every position and keep
 each layer's keys and values. The prefix cache then runs only the positions from the block's

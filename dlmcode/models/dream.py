@@ -1,7 +1,7 @@
 """Family adapter for Dream-v0, Dream-Coder, DreamOn, DiffuCoder and Open-dCoder (Qwen2 trained as masked diffusion).
 
 Dream keeps its autoregressive parent's head: the logits at row i score position i+1
-(docs/field.md A.2). `align` shifts them back so row i scores position i, exactly as Dream's
+(docs/research/field.md A.2). `align` shifts them back so row i scores position i, exactly as Dream's
 own sampler does, and decoders never know. Dream exists only as hub remote code, which breaks
 under transformers 5.x (A.4.3), so dlmcode runs its own implementation (native_dream) on the
 published safetensors and reads the vocabulary with transformers' Qwen2 tokenizer when the

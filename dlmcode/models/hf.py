@@ -24,7 +24,7 @@ from .base import Dlm
 
 WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
-TRANSFORMERS_4 = 'pip install "transformers>=4.46,<5"'  # the remote-code dLLMs were written and pinned for 4.x (docs/field.md A.4)
+TRANSFORMERS_4 = 'pip install "transformers>=4.46,<5"'  # the remote-code dLLMs were written and pinned for 4.x (docs/research/field.md A.4)
 
 
 def label(path: Path) -> str:

@@ -1,6 +1,6 @@
 """Family adapter for LLaDA-8B-Base/Instruct and LLaDA-1.5 (GSAI-ML): logits used in place, no shift.
 
-LLaDA exists only as hub remote code (docs/field.md A.3), and under transformers 5.x that code
+LLaDA exists only as hub remote code (docs/research/field.md A.3), and under transformers 5.x that code
 fails (A.4.1), so dlmcode runs its own implementation (native_llada) on the published
 safetensors, with any transformers and without --trust-remote-code. A folder the native code
 cannot run (another block type, no safetensors) runs on its own code only with

@@ -191,7 +191,7 @@ def not_native_error(name: str, family: str, reason: str) -> ModelError:
     from . import hf
 
     note = ""
-    if hf.transformers_major() >= 5:  # the remote code is the way out, and it needs transformers 4 (docs/field.md A.4)
+    if hf.transformers_major() >= 5:  # the remote code is the way out, and it needs transformers 4 (docs/research/field.md A.4)
         note = (
             f"; that code was written for transformers 4.x and breaks under the installed {version('transformers')}"
             f" (AttributeError 'all_tied_weights_keys'), so run it in a separate environment with `{hf.TRANSFORMERS_4}`"

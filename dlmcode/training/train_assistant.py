@@ -12,7 +12,7 @@ For the built-in model some windows also get an over-allocated hole, content the
 (`p_pads`), as its `⟦fill⟧` holes are, with the first block inside it.
 The frozen dLLM gives the blocks' marginals in one call per window (no grad); the assistant
 is trained by teacher-forced cross-entropy on the blocks' tokens, uniform weight per token
-(the paper's NELBO weight (a_{t-1} - a_t) / (1 - a_t) is optional for toys, seeds.md 5.4).
+(the paper's NELBO weight (a_{t-1} - a_t) / (1 - a_t) is optional for toys, docs/research/seeds.md 5.4).
 Several blocks per window (our choice) amortise the dLLM call, the cost that dominates.
 
 Held-out: fixed windows of the held-out files (seed 1234); each checkpoint reports the
