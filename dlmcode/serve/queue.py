@@ -77,9 +77,9 @@ class Solo(Slot):
 class Queue:
     """FIFO decode queue over one scheduler thread and up to `size` decode threads."""
 
-    def __init__(self, engine: Engine, size: int | None = None) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.size = size or engine.batch
+        self.size = engine.batch  # the engine's model is routed for batching exactly when this is above 1
         self.batcher = Batcher(self.size)
         self.cond = self.batcher.cond
         self.pending: deque[Entry] = deque()
