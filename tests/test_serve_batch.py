@@ -212,3 +212,35 @@ def test_concurrent_requests_batched_equal_one_at_a_time(builtin):
     together = asyncio.run(arrive(queue, reqs))
     assert [(a.text, a.calls) for a in together] == [(a.text, a.calls) for a in alone]
     assert queue.counters.answered == 5 and queue.counters.forwards < queue.counters.rows
+
+
+def test_a_failing_shared_forward_fails_its_decodes_and_the_queue_goes_on():
+    dlm, script = tiny_dlm(PREFIX, SCRIPT)
+    gated = Gated(script, at=2)  # the first decode waits at its 2nd call until the second has come
+    calls = {"n": 0}
+
+    def failing(tokens):
+        calls["n"] += 1
+        if calls["n"] == 3:  # a forward shared by both decodes
+            raise RuntimeError("out of memory (a stand-in)")
+        return gated(tokens)
+
+    dlm.predict = failing
+    queue = Queue(Engine(dlm, batch=4))
+
+    async def main():
+        first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
+        while not gated.held.is_set():
+            await asyncio.sleep(0.001)
+        second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1)))
+        await asyncio.sleep(0)  # the second is queued (it joins at the first decode's next call)
+        assert len(queue.pending) == 1
+        gated.open.set()
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        return results, await queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=2))
+
+    (first, second), later = asyncio.run(main())
+    # the first decode's 3rd call was a forward of its own (the second joins at the next one): it gets the error
+    assert isinstance(first, RuntimeError) and "out of memory" in str(first)
+    assert second.text == later.text == SCRIPT  # the others, and the next request, are served
+    assert queue.counters.failed == 1 and queue.counters.answered == 2

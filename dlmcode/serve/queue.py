@@ -61,17 +61,25 @@ class Solo(Slot):
 
     def __init__(self, cond: threading.Condition, stopped: Callable[[], bool], alone: Callable[[], bool],
                  counted: Callable[[int], None]) -> None:  # fmt: skip
-        super().__init__(cond, stopped)
+        super().__init__(cond, lambda: stopped() or self.failure is not None)
         self.alone, self.counted = alone, counted
+        self.failure: Exception | None = None  # the shared forward this decode waited for failed (queue.forward)
 
     def submit(self, forward, tokens):
         with self.cond:
-            if self.stopped():
+            if self.stopped() and self.failure is None:
                 raise BatchCancelled
             solo = self.alone()
             if solo:
                 self.counted(1)
-        return forward([tokens])[0] if solo else super().submit(forward, tokens)
+        if solo:
+            return forward([tokens])[0]
+        try:
+            return super().submit(forward, tokens)
+        except BatchCancelled:
+            if self.failure is not None:  # this decode fails with the forward's error, as it would alone
+                raise self.failure from None
+            raise
 
 
 class Queue:
@@ -152,7 +160,18 @@ class Queue:
             if not done and asking:
                 with self.cond:
                     self.counted(len(asking))
-                self.batcher.forward(asking)
+                self.forward(asking)
+
+    def forward(self, asking: list[Slot]) -> None:
+        """One shared forward; if it fails (a bug, memory), the decodes that asked fail with its
+        error and are answered (a 500), and the scheduler goes on with the others."""
+        try:
+            self.batcher.forward(asking)
+        except Exception as err:
+            with self.cond:
+                for slot in asking:
+                    slot.failure = err  # type: ignore[attr-defined]
+                self.cond.notify_all()
 
     def admit(self, active: dict[int, Slot], entries: dict[int, Entry], numbers: itertools.count) -> bool:
         """Start waiting requests, oldest first, until `size` decode; block while there is nothing to do.
