@@ -86,6 +86,26 @@ def test_tokens_and_calls_do_not_depend_on_the_batch_size(dlm, name, options):
         assert outcome(batch.run_batched(jobs(shared, name, options), size)) == plain, size
 
 
+@pytest.mark.parametrize("cache", ["dual", "prefix"])
+def test_kv_cached_decodes_share_forwards_and_keep_their_tokens(dlm, cache):
+    """models/cache.run_rows: each decode's cached runs (full, or its block from its own start
+    against its own cached keys) join one forward, and every decode gets the tokens it gets alone."""
+    import dataclasses
+    import functools
+
+    def cached_jobs(model):
+        return [fill.prepare_infill(SNIPPETS[i], span, dlm=model, decoder="threshold", options={"tau": "0.2", "block": "4"},
+                                    seed=i, cache=cache) for i, span in SPANS]  # fmt: skip
+
+    plain = outcome([job.run() for job in cached_jobs(dlm)])
+    sizes = []
+    rows = dlm.run_rows
+    shared = batch.batched(dataclasses.replace(dlm, run_rows=lambda runs: sizes.append(len(runs)) or rows(runs)))
+    together = list(batch.Batcher(4).map([functools.partial(job.run) for job in cached_jobs(shared)]))
+    assert outcome(together) == plain
+    assert max(sizes) > 1 and sum(sizes) == sum(r.calls for r in together)
+
+
 def test_a_batch_holds_every_running_decode(dlm):
     sizes = []
     forward = dlm.forward_batch

@@ -28,6 +28,9 @@ def test_unknown_decoder_and_bad_port_are_usage_errors():
     assert r.exit_code == 2 and "has no setting 'tau'" in r.output
     r = runner.invoke(app, ["serve", "--port", "70000"])
     assert r.exit_code == 2 and "--port 70000" in r.output
+    for size in ("0", "65"):
+        r = runner.invoke(app, ["serve", "--batch", size])
+        assert r.exit_code == 2 and r.output.strip() == f"dlmcode: error: --batch {size}: give 1 to 64 decodes sharing a forward"
 
 
 def test_a_busy_port_is_one_line():
@@ -160,3 +163,4 @@ def test_serve_defaults_are_the_measured_ones(monkeypatch):
     engine = seen["engine"]
     assert (seen["host"], seen["key"]) == ("127.0.0.1", None)
     assert (engine.cache, engine.options) == ("dual", {"block": "8"})
+    assert engine.batch == 4  # docs/serve.md: the best median at 2 to 4 clients, half the memory of 8

@@ -85,6 +85,15 @@ def check_cache(mode: str, refresh: int) -> None:
         raise UsageError(f"--cache-refresh {refresh}: give 0 (at block changes only) or a number of calls")
 
 
+MAX_BATCH = 64  # serve --batch: decodes sharing a forward; past this a forward only grows (and its memory) while each waits longer
+
+
+def check_batch(size: int) -> None:
+    """serve --batch, or a UsageError (checked before torch imports, and by the server's Engine)."""
+    if not 1 <= size <= MAX_BATCH:
+        raise UsageError(f"--batch {size}: give 1 to {MAX_BATCH} decodes sharing a forward")
+
+
 def check_device(name: str) -> re.Match[str] | None:
     """--device spelt right: auto (None), cpu, mps, cuda or cuda:N; whether it exists is checked at load.
 

@@ -131,13 +131,18 @@ class DlmcodeDiffusionLM(nn.Module):
     def init_weights(self) -> None:
         layers.init_weights(self, self.cfg.n_layers, (linear for b in self.blocks for linear in (b.attn.out, b.down)))
 
-    def hidden(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
+    def hidden(self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
         """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
 
-        `mask` (B, L) bool, True at real positions: keys where it is False (right padding of a
-        batch, models/forward.py) are never attended.
+        `mask` (B, K) bool, True at real keys: keys where it is False (right padding of a batch,
+        models/forward.py and models/cache.run_rows) are never attended. `start` may be (B,):
+        row r's positions start at start[r].
         """
-        cos, sin = layers.rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
+        head_dim = self.cfg.dim // self.cfg.n_heads
+        if isinstance(start, Tensor):  # (B,) a batch of cached runs, each from its own position (models/cache.run_rows)
+            cos, sin = layers.rope_rows(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
+        else:
+            cos, sin = layers.rope_tables(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, None if kv is None else kv.layer(i), None if mask is None else mask[:, None, None, :])
@@ -146,7 +151,7 @@ class DlmcodeDiffusionLM(nn.Module):
     def logits(self, h: Tensor) -> Tensor:
         return h @ self.embed.weight.t()  # (..., V), tied head
 
-    def forward(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
         return self.logits(self.hidden(ids, start, kv, mask))  # (B, L, V)
 
 
@@ -304,6 +309,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
         forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
+        run_rows=kvcache.run_rows(model.hidden, model.logits, cfg.pad_id, device),
     )
 
 

@@ -23,6 +23,15 @@ def rope_tables(length: int, head_dim: int, theta: float, device: torch.device, 
     return ang.cos(), ang.sin()
 
 
+def rope_rows(length: int, head_dim: int, theta: float, device: torch.device, starts: Tensor) -> tuple[Tensor, Tensor]:
+    """rope_tables for a batch whose row r starts at position starts[r]: cos/sin (B, 1, L, hd/2).
+    The same products as rope_tables (position x inverse frequency), so each row's angles equal its own."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    pos = starts.to(device, torch.float32)[:, None] + torch.arange(length, device=device, dtype=torch.float32)  # (B, L)
+    ang = pos[..., None] * inv  # (B, L, hd/2)
+    return ang.cos()[:, None], ang.sin()[:, None]
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate halves of the head dim: x (..., L, hd), cos/sin (L, hd/2)."""
     x1, x2 = x.chunk(2, dim=-1)

@@ -4,8 +4,9 @@ llama.cpp (`/infill`, `/completion`, `/health`), OpenAI (`/v1/completions`, `/v1
 and Ollama (`/api/generate`, `/api/tags`) are faces over the same job (fill.prepare_middle),
 as the CLI and bench are. Modules: engine (a request -> an answer), length (the length
 rule), steps (early end, time limit, cancellation around any decoder's Step stream), queue
-(FIFO, one decode at a time), body (hostile-input parsing), fim (FIM templates), one module
-per protocol, and app (the Starlette routes).
+(FIFO, up to --batch decodes sharing each forward), stream (text sent as the decode settles
+it), body (hostile-input parsing), fim (FIM templates), one module per protocol, and app (the
+Starlette routes).
 """
 
 from __future__ import annotations

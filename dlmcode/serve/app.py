@@ -2,16 +2,17 @@
 
 Every route goes through `route`: the API key, the body (body.py), the protocol's parser,
 the Engine's checks, then the queue (warm-ups and errors never wait in it), then the
-protocol's answer or stream. Any refusal is one line in the protocol's error shape; an
+protocol's answer, or its stream as the decode settles the text (stream.py). Any refusal is one line in the protocol's error shape; an
 unexpected failure is a 500 in that shape, logged once, and the server keeps serving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,13 +27,16 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from . import body, llamacpp, ollama, openai
-from .engine import Answer, Engine
+from .engine import Answer, Emit, Engine
+from .request import BadRequest, Fill
 from .queue import Queue
 from .request import BadRequest, Fill
 from .steps import Cancelled
+from .stream import Live, Shape
 
 log = logging.getLogger("dlmcode.serve")
 Error = Callable[[str, int], JSONResponse]
+SSE = "text/event-stream"
 PUBLIC = ("/health", "/")  # answered without the API key, as llama.cpp answers /health
 
 
@@ -49,10 +53,33 @@ class Server:
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
     async def fills(self, request: Request, reqs: list[Fill]) -> list[Answer]:
-        """Answers for `reqs` (n_cmpl / n > 1: seeds seed, seed+1, ...), queued in order."""
+        """Answers for `reqs` (n_cmpl / n > 1: seeds seed, seed+1, ...), queued together in order,
+        so that they share forwards; one that fails cancels the others."""
         for req in reqs:
             self.engine.check(req)  # a bad decoder or ceiling is answered before queueing
-        return [self.engine.run(r) if self.engine.warmup(r) else await self.queue.answer(r, request.is_disconnected) for r in reqs]
+        tasks = [asyncio.create_task(self.answer(request, r)) for r in reqs]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()  # done ones ignore it; the others stop (an error, or the client left)
+
+    async def answer(self, request: Request, req: Fill, emit: Emit | None = None) -> Answer:
+        if self.engine.warmup(req):
+            return self.engine.run(req)
+        return await self.queue.answer(req, request.is_disconnected, emit)
+
+    async def stream(self, request: Request, reqs: list[Fill], shape: Shape, media: str) -> Response:
+        """The fills streamed as they settle; a refusal before the first piece is still a 4xx."""
+        for req in reqs:
+            self.engine.check(req)
+        live = Live(reqs, lambda req, emit: self.answer(request, req, emit))
+        try:
+            await live.first()
+        except BaseException:  # refused, the client left, or the server is stopping: no decode goes on
+            live.cancel()
+            raise
+        return StreamingResponse(live.events(shape), media_type=media, headers={"Cache-Control": "no-cache"})
 
 
 def shape_of(path: str) -> Error:
@@ -82,10 +109,6 @@ def route(server: Server, error: Error, handler: Callable[[Request, dict[str, An
     return endpoint
 
 
-def streamed(chunks: Iterator[str], media: str) -> StreamingResponse:
-    return StreamingResponse(chunks, media_type=media, headers={"Cache-Control": "no-cache"})
-
-
 def with_seeds(req: Fill, n: int) -> list[Fill]:
     return [replace(req, seed=req.seed + i) for i in range(n)]
 
@@ -101,27 +124,24 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
 
     async def llama_answer(request: Request, data: dict[str, Any], req: Fill) -> Response:
         fields, n = llamacpp.response_fields(data), llamacpp.n_cmpl(data)
-        stream = body.boolean(data, "stream", False)
+        if body.boolean(data, "stream", False):  # llama.cpp streams the first completion
+            return await server.stream(request, [req], llamacpp.shape(engine), SSE)
         answers = await server.fills(request, with_seeds(req, n))
-        if stream:
-            return streamed(llamacpp.events(answers[0], engine), "text/event-stream")
         shaped = [llamacpp.render(a, engine, fields, i) for i, a in enumerate(answers)]
         return JSONResponse(shaped[0] if n == 1 else shaped)
 
     async def v1_completions(request: Request, data: dict[str, Any]) -> Response:
         req, n = openai.completion(data), openai.count(data)
-        stream = body.boolean(data, "stream", False)
+        if body.boolean(data, "stream", False):
+            return await server.stream(request, with_seeds(req, n), openai.shape(engine), SSE)
         answers = await server.fills(request, with_seeds(req, n))
-        if stream:
-            return streamed(openai.events(answers, engine), "text/event-stream")
         return JSONResponse(openai.render(answers, engine))
 
     async def api_generate(request: Request, data: dict[str, Any]) -> Response:
         req = ollama.generate(data)
-        stream = body.boolean(data, "stream", True)  # Ollama streams unless told not to
+        if body.boolean(data, "stream", True):  # Ollama streams unless told not to
+            return await server.stream(request, [req], ollama.shape(engine), "application/x-ndjson")
         answer = (await server.fills(request, [req]))[0]
-        if stream:
-            return streamed(ollama.lines(answer, engine), "application/x-ndjson")
         return JSONResponse(ollama.render(answer, engine))
 
     def get(payload: Callable[[], Any]):
@@ -157,7 +177,7 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        server.queue.close()  # Ctrl-C: requests still waiting are dropped, the one decoding finishes its step
+        server.queue.close()  # Ctrl-C: requests still waiting are dropped, those decoding stop at their next call
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed}, lifespan=lifespan)
     app.state.server = server

@@ -143,8 +143,9 @@ class Kept:
     cut: bool
 
 
-def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None) -> Kept:
-    """The longest run of `middle`'s first lines that breaks nothing around it (rule 5)."""
+def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None, least: int = 1) -> Kept:
+    """The longest run of `middle`'s first lines that breaks nothing around it (rule 5); never
+    fewer than `least` lines (a stream has already sent them)."""
     if lang is None:
         return Kept(middle, None, False)
     before = prefix + suffix
@@ -152,7 +153,7 @@ def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None) -> Kept
     if not found.broken:
         return Kept(middle, found, False)
     lines = middle.split("\n")
-    for n in range(len(lines) - 1, 0, -1):
+    for n in range(len(lines) - 1, max(least, 1) - 1, -1):
         shorter = "\n".join(lines[:n])
         shorter_breaks = breaks(before, prefix, shorter, suffix, lang)
         if not shorter_breaks.broken:
