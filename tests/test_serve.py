@@ -15,7 +15,7 @@ from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
 from dlmcode.serve.request import Fill
-from dlmcode.serve.steps import Cancelled
+from dlmcode.serve.steps import ClientGone
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -419,7 +419,7 @@ def test_a_client_that_left_is_cancelled_and_the_next_one_served():
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16), gone))
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await first
         stopped_at = predict.calls
         answer = await second
@@ -443,7 +443,7 @@ def test_a_waiting_request_whose_client_left_never_runs():
         await asyncio.sleep(0.01)
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1), always_gone))
         answer = await first
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await second
         return answer
 

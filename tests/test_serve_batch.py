@@ -18,7 +18,7 @@ from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
 from dlmcode.serve.request import BadRequest, Fill
-from dlmcode.serve.steps import Cancelled
+from dlmcode.serve.steps import ClientGone
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -90,7 +90,7 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_are_undisturbed():
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16), gone))
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1)))
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await first
         return await second
 
@@ -138,7 +138,7 @@ def test_a_waiting_request_whose_client_left_never_runs():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1), left))
         answer = await first
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await second
         return answer
 

@@ -232,7 +232,7 @@ def test_stopping_the_queue_cancels_the_decode_in_flight():
 
     from dlmcode.serve.queue import Queue
     from dlmcode.serve.request import Fill
-    from dlmcode.serve.steps import Cancelled
+    from dlmcode.serve.steps import ClientGone
 
     dlm, _ = tiny_dlm(PREFIX, SCRIPT * 8, delay=0.2)
     queue = Queue(Engine(dlm, options={"block": "1"}, lines=0))
@@ -240,7 +240,7 @@ def test_stopping_the_queue_cancels_the_decode_in_flight():
     async def ask():
         asyncio.get_running_loop().call_later(0.3, queue.stop)
         start = clock.monotonic()
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await queue.answer(Fill(prefix=PREFIX, suffix=SUFFIX, ceiling=40))
         return clock.monotonic() - start
 

@@ -51,7 +51,7 @@ T = TypeVar("T")
 _local = threading.local()  # .slot: the Slot of the decode this worker thread runs
 
 
-class Cancelled(BaseException):
+class Stopped(BaseException):
     """Raised inside a decode's predict when the batched run stops (another decode failed, Ctrl-C).
 
     A BaseException, like KeyboardInterrupt, so that no `except Exception` in a decoder swallows it.
@@ -133,13 +133,13 @@ class Slot:
         start = time.perf_counter()
         with self.cond:
             if self.stopped():
-                raise Cancelled
+                raise Stopped
             self.forward, self.request = forward, tokens
             self.cond.notify_all()
             while self.response is None and not self.stopped():
                 self.cond.wait()
             if self.response is None:
-                raise Cancelled
+                raise Stopped
             logits, self.response = self.response, None
         self.waited += time.perf_counter() - start
         return logits
@@ -158,7 +158,7 @@ class Batcher:
     def map(self, works: Iterable[Callable[[], T]]) -> Iterator[T]:
         """Each work's value, in the order given, as soon as it and those before it are done.
 
-        A work that raises stops the others (their next predict raises Cancelled) and the error
+        A work that raises stops the others (their next predict raises Stopped) and the error
         is raised here; so is Ctrl-C, which arrives in this (the calling) thread.
         """
         todo, n = enumerate(works), 0
@@ -203,7 +203,7 @@ class Batcher:
         _local.slot = slot
         try:
             slot.value = work()
-        except BaseException as err:  # handed to the caller by map(); Cancelled ones are never looked at
+        except BaseException as err:  # handed to the caller by map(); Stopped ones are never looked at
             slot.error = err
         finally:
             _local.slot = None
@@ -235,7 +235,7 @@ class Batcher:
                 self.cond.notify_all()
 
     def shutdown(self, active: dict[int, Slot]) -> None:
-        """Stop the works still running (their next predict raises Cancelled) and wait for their threads."""
+        """Stop the works still running (their next predict raises Stopped) and wait for their threads."""
         with self.cond:
             self.stop = True
             self.cond.notify_all()

@@ -31,7 +31,7 @@ from .engine import Answer, Emit, Engine
 from .request import BadRequest, Fill
 from .queue import Queue
 from .request import BadRequest, Fill
-from .steps import Cancelled
+from .steps import ClientGone
 from .stream import Live, Shape
 
 log = logging.getLogger("dlmcode.serve")
@@ -100,7 +100,7 @@ def route(server: Server, error: Error, handler: Callable[[Request, dict[str, An
             return await handler(request, data)
         except BadRequest as err:
             return error(str(err), err.status)
-        except Cancelled:
+        except ClientGone:
             return error("the client went away", 499)
         except Exception as err:  # a bug: one logged line, a 500, and the server goes on
             log.exception("dlmcode serve: %s %s failed", request.method, request.url.path)

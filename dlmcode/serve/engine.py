@@ -104,7 +104,7 @@ class Engine:
         return req.ceiling == 0 or (req.ceiling == 1 and not req.prefix.strip() and not req.suffix.strip())
 
     def run(self, req: Fill, cancel: threading.Event | None = None, emit: Emit | None = None) -> Answer:
-        """Decode one request (blocking); steps.Cancelled when `cancel` is set between steps.
+        """Decode one request (blocking); steps.ClientGone when `cancel` is set between steps.
         `emit` gets each new piece of the fill's final text as the decode settles it; the
         Answer's text starts with what was emitted (the syntax rule keeps those lines)."""
         decoder = self.check(req)

@@ -26,10 +26,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..jobs.batch import Batcher, Slot
-from ..jobs.batch import Cancelled as BatchCancelled
+from ..jobs.batch import Stopped
 from .engine import Answer, Emit, Engine
 from .request import Fill
-from .steps import Cancelled
+from .steps import ClientGone
 
 POLL = 0.05  # seconds between checks that a waiting client is still there
 
@@ -68,7 +68,7 @@ class Solo(Slot):
     def submit(self, forward, tokens):
         with self.cond:
             if self.stopped() and self.failure is None:
-                raise BatchCancelled
+                raise Stopped
             solo = self.alone()
             if solo:
                 self.counted(1)
@@ -76,7 +76,7 @@ class Solo(Slot):
             return forward([tokens])[0]
         try:
             return super().submit(forward, tokens)
-        except BatchCancelled:
+        except Stopped:
             if self.failure is not None:  # this decode fails with the forward's error, as it would alone
                 raise self.failure from None
             raise
@@ -99,7 +99,7 @@ class Queue:
         self.cancels: set[threading.Event] = set()  # one per request queued or decoding: `stop` sets them all
 
     async def answer(self, req: Fill, gone: Callable[[], Awaitable[bool]] | None = None, emit: Emit | None = None) -> Answer:
-        """Decode `req` in turn; Cancelled when `gone()` says the client left before its answer.
+        """Decode `req` in turn; ClientGone when `gone()` says the client left before its answer.
         `emit` gets the fill's text as it becomes final (engine.run), in the decode's thread."""
         entry = Entry(req, threading.Event(), emit)
         self.put(entry)
@@ -115,7 +115,7 @@ class Queue:
                     return answer
                 if gone is not None and await gone():
                     self.cancel(entry.cancel)
-        except (Cancelled, asyncio.CancelledError):
+        except (ClientGone, asyncio.CancelledError):
             self.cancel(entry.cancel)  # the client left (or the server is stopping): stop the decode
             self.counters.cancelled += 1
             raise
@@ -130,7 +130,7 @@ class Queue:
     def put(self, entry: Entry) -> None:
         with self.cond:
             if self.closed:
-                entry.future.set_exception(Cancelled())
+                entry.future.set_exception(ClientGone())
                 return
             self.pending.append(entry)
             if self.thread is None:
@@ -182,7 +182,7 @@ class Queue:
             while self.pending and (self.closed or len(active) < self.size):
                 entry = self.pending.popleft()
                 if entry.cancel.is_set() or self.closed:  # the client left while this request waited: skip it
-                    entry.future.set_exception(Cancelled())
+                    entry.future.set_exception(ClientGone())
                     continue
                 i = next(numbers)
                 entries[i], active[i] = entry, self.start(entry)
@@ -199,7 +199,7 @@ class Queue:
     def work(self, req: Fill, cancel: threading.Event, emit: Emit | None = None) -> Answer:
         """One decode, in its own thread."""
         if cancel.is_set():  # the client left as it was admitted
-            raise Cancelled
+            raise ClientGone
         return self.engine.run(req, cancel, *([emit] if emit else []))
 
     def alone(self) -> bool:
@@ -214,10 +214,10 @@ class Queue:
         """Hand a decode's answer, or its error, to its request: exactly once."""
         if slot.error is None:
             entry.future.set_result(slot.value)
-        elif isinstance(slot.error, Exception) and not isinstance(slot.error, Cancelled):
+        elif isinstance(slot.error, Exception) and not isinstance(slot.error, ClientGone):
             entry.future.set_exception(slot.error)
-        else:  # batch.Cancelled (stopped at a forward) or steps.Cancelled (between steps): the client left
-            entry.future.set_exception(Cancelled())
+        else:  # batch.Stopped (stopped at a forward) or steps.ClientGone (between steps): the client left
+            entry.future.set_exception(ClientGone())
 
     def stop(self) -> None:
         """The server is stopping: every request still queued is dropped, those decoding end at their next call."""

@@ -9,7 +9,7 @@
   pad), or the run of committed tokens at the fill's start is already complete (the
   server's line rule: what follows would be cut); (b) the time budget
   (`t_max_predict_ms`) has run out: the holes left get the last call's argmax; (c) the client
-  has gone (`Cancelled`).
+  has gone (`ClientGone`).
 Decoders never know: they see `predict` and are simply not asked for more steps.
 """
 
@@ -32,7 +32,7 @@ TIME = "time"  # t_max_predict_ms ran out: the holes left were committed at once
 FULL = "length"  # every hole was decoded
 
 
-class Cancelled(Exception):
+class ClientGone(Exception):
     """The request's client has gone; the decode stopped between two steps."""
 
 
@@ -53,7 +53,7 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
     for step in steps:
         yield step
         if bounds.cancel.is_set():
-            raise Cancelled
+            raise ClientGone
         if not step.canvas.n_holes:
             return
         end = ended(step.canvas, bounds.region, bounds.end_ids, bounds.complete)

@@ -76,7 +76,7 @@ class Live:
             self.items.put_nowait((i, err))
 
     async def first(self) -> None:
-        """Wait for the first piece or answer; its error (BadRequest, Cancelled, ...) is raised here, before any event."""
+        """Wait for the first piece or answer; its error (BadRequest, ClientGone, ...) is raised here, before any event."""
         self.head = await self.items.get()
         if isinstance(self.head[1], BaseException):
             self.cancel()
@@ -117,9 +117,9 @@ def closing(shape: Shape, i: int, answer: Answer, sent: str) -> str:
 
 
 def failure(err: BaseException) -> str:
-    from .steps import Cancelled
+    from .steps import ClientGone
 
-    if isinstance(err, Cancelled):
+    if isinstance(err, ClientGone):
         return "the decode was cancelled"
     log.error("dlmcode serve: a streamed decode failed", exc_info=err)
     return f"internal error: {' '.join(str(err).split())[:200]}"
