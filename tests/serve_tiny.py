@@ -31,7 +31,9 @@ class Script:
     """predict for a canvas BOS + prefix + holes + suffix + EOS: the holes get `script`, then pads."""
 
     def __init__(self, prefix: str, script: str, delay: float = 0.0) -> None:
-        self.start = 1 + len(prefix.rstrip(" \t"))  # first hole position (BOS at 0); the server leaves trailing spaces off
+        self.start = 1 + len(
+            prefix.rstrip(" \t")
+        )  # first hole position (BOS at 0); the server leaves trailing spaces off
         self.ids = CharTokenizer().encode(script)
         self.delay = delay
         self.calls = 0
@@ -67,7 +69,18 @@ class Gated:
 
 def tiny_dlm(prefix: str, script: str, delay: float = 0.0, context: int = 256) -> tuple[Dlm, Script]:
     predict = Script(prefix, script, delay)
-    dlm = Dlm(name="tiny", family="tiny", tokenizer=CharTokenizer(), mask_id=MASK, eos_id=EOS, pad_id=PAD, context=context,
-              predict=predict, device=torch.device("cpu"), dtype=torch.float32,
-              special_ids=frozenset({PAD, MASK, BOS, EOS}), bos_id=BOS)
+    dlm = Dlm(
+        name="tiny",
+        family="tiny",
+        tokenizer=CharTokenizer(),
+        mask_id=MASK,
+        eos_id=EOS,
+        pad_id=PAD,
+        context=context,
+        predict=predict,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        special_ids=frozenset({PAD, MASK, BOS, EOS}),
+        bos_id=BOS,
+    )
     return dlm, predict

@@ -9,7 +9,6 @@ import asyncio
 import threading
 
 import pytest
-from serve_tiny import Gated, tiny_dlm
 from starlette.testclient import TestClient
 
 from dlmcode.core.errors import UsageError
@@ -19,6 +18,8 @@ from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
 from dlmcode.serve.request import BadRequest, Fill
 from dlmcode.serve.steps import ClientGone
+
+from serve_tiny import Gated, tiny_dlm
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -74,7 +75,9 @@ def test_a_request_never_waits_behind_a_later_one():
 
 def test_a_cancelled_request_leaves_the_batch_and_the_others_are_undisturbed():
     dlm, script = tiny_dlm(PREFIX, SCRIPT)
-    dlm.predict = gated = Gated(script, at=6)  # holds the forward of the first decode's 3rd call (two decodes a forward)
+    dlm.predict = gated = Gated(
+        script, at=6
+    )  # holds the forward of the first decode's 3rd call (two decodes a forward)
     queue = Queue(Engine(dlm, batch=4))
     alone = Engine(tiny_dlm(PREFIX, SCRIPT)[0]).run(Fill(PREFIX, SUFFIX, ceiling=16, seed=1))
     asked: list[bool] = []
@@ -197,7 +200,7 @@ def test_n_completions_batched_equal_sequential(builtin, cache):
         engine = Engine(builtin, options={"block": "8"}, cache=cache, lang="python", batch=size)
         app = make_app(engine)
         got = TestClient(app).post("/v1/completions", json=body).json()
-        answers[size] = [(ch["text"], x["calls"]) for ch, x in zip(got["choices"], got["dlmcode"])]
+        answers[size] = [(ch["text"], x["calls"]) for ch, x in zip(got["choices"], got["dlmcode"], strict=True)]
         if size == 4:
             c = app.state.server.queue.counters
             assert c.forwards < c.rows  # the four shared forwards

@@ -16,7 +16,6 @@ import time
 import httpx
 import pytest
 import uvicorn
-from serve_tiny import Gated, tiny_dlm
 from starlette.testclient import TestClient
 from test_serve import llama_vim_body, ollama_body
 
@@ -24,6 +23,8 @@ from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
 from dlmcode.serve.stream import sse
+
+from serve_tiny import Gated, tiny_dlm
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -37,7 +38,7 @@ def serve(script: str = LINES, **engine) -> tuple[TestClient, object]:
 
 
 def sse_events(text: str) -> list[dict]:
-    return [json.loads(e[len("data: "):]) for e in text.split("\n\n") if e and e != "data: [DONE]"]
+    return [json.loads(e[len("data: ") :]) for e in text.split("\n\n") if e and e != "data: [DONE]"]
 
 
 # ---------------------------------------------------------------- the engine
@@ -170,10 +171,10 @@ def test_the_first_event_arrives_while_the_decode_still_runs(live):
     body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 48, "stream": True}
     with httpx.stream("POST", f"{base}/infill", json=body, timeout=60) as r:
         lines = r.iter_lines()
-        first = json.loads(next(line for line in lines if line)[len("data: "):])
+        first = json.loads(next(line for line in lines if line)[len("data: ") :])
         calls_then = gated.script.calls
         gated.open.set()
-        rest = [json.loads(line[len("data: "):]) for line in lines if line]
+        rest = [json.loads(line[len("data: ") :]) for line in lines if line]
     assert first["content"] == "x = a + b" and calls_then == SETTLED  # the decode is held at its next call
     assert rest[-1]["stop"] is True and rest[-1]["dlmcode"]["calls"] > calls_then
     assert first["content"] + "".join(e["content"] for e in rest) == LINES
@@ -198,9 +199,11 @@ def test_a_client_that_leaves_mid_stream_stops_its_decode(live):
 def test_many_streams_at_once_each_joined_once(live):
     base, app, gated = live
     gated.open.set()  # no holding here
-    bodies = [({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 48, "stream": True}, "/infill"),
-              ({"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 48, "stream": True, "n": 2}, "/v1/completions"),
-              ({"prompt": PREFIX, "suffix": SUFFIX, "options": {"num_predict": 48}}, "/api/generate")] * 4
+    bodies = [
+        ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 48, "stream": True}, "/infill"),
+        ({"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 48, "stream": True, "n": 2}, "/v1/completions"),
+        ({"prompt": PREFIX, "suffix": SUFFIX, "options": {"num_predict": 48}}, "/api/generate"),
+    ] * 4
     joined: dict[int, list[str]] = {}
     lock = threading.Lock()
 

@@ -46,11 +46,25 @@ def bodies(count: int, prefix_lines: int = PREFIX_LINES) -> list[dict[str, Any]]
     out = []
     for task in suites.load("heldout-single", count).tasks:
         prefix = "".join(task.prompt.splitlines(keepends=True)[-prefix_lines:])
-        suffix = "".join(task.suffix.splitlines(keepends=True)[:SUFFIX_LINES + 1])
-        out.append({"id_slot": 0, "input_prefix": prefix, "input_suffix": suffix, "input_extra": [], "prompt": "",
-                    "n_predict": CEILING, "stop": [], "n_indent": 0, "top_k": 40, "top_p": 0.90,
-                    "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
-                    "response_fields": ["content", "timings/predicted_n", "timings/predicted_ms"]})
+        suffix = "".join(task.suffix.splitlines(keepends=True)[: SUFFIX_LINES + 1])
+        out.append(
+            {
+                "id_slot": 0,
+                "input_prefix": prefix,
+                "input_suffix": suffix,
+                "input_extra": [],
+                "prompt": "",
+                "n_predict": CEILING,
+                "stop": [],
+                "n_indent": 0,
+                "top_k": 40,
+                "top_p": 0.90,
+                "samplers": ["top_k", "top_p", "infill"],
+                "stream": False,
+                "cache_prompt": True,
+                "response_fields": ["content", "timings/predicted_n", "timings/predicted_ms"],
+            }
+        )
     return out
 
 
@@ -74,7 +88,9 @@ def level(url: str, clients: int, requests: int, pool: list[dict[str, Any]], hea
     def editor(c: int) -> None:
         with httpx.Client(timeout=300, headers=headers) as http:
             for r in range(requests):
-                body = pool[(c + r) % requests % len(pool)]  # every level sends the same `requests` holes, each once per client
+                body = pool[
+                    (c + r) % requests % len(pool)
+                ]  # every level sends the same `requests` holes, each once per client
                 start = time.perf_counter()
                 try:
                     resp = http.post(f"{url}/infill", json=body)
@@ -125,9 +141,13 @@ def first_events(url: str, count: int, pool: list[dict[str, Any]], headers: dict
             firsts.append(first if first is not None else total)
             totals.append(total)
             early += first is not None and events > 2  # text came in more than one piece before the end
-    return {"streamed": count, "first_event_p50_ms": round(1000 * percentile(firsts, 0.5), 1),
-            "first_event_p95_ms": round(1000 * percentile(firsts, 0.95), 1),
-            "end_p50_ms": round(1000 * percentile(totals, 0.5), 1), "streamed_in_pieces": early}
+    return {
+        "streamed": count,
+        "first_event_p50_ms": round(1000 * percentile(firsts, 0.5), 1),
+        "first_event_p95_ms": round(1000 * percentile(firsts, 0.95), 1),
+        "end_p50_ms": round(1000 * percentile(totals, 0.5), 1),
+        "streamed_in_pieces": early,
+    }
 
 
 def rss_mb(pid: int | None) -> float | None:
@@ -211,8 +231,18 @@ def main(argv: list[str] | None = None) -> None:
                 proc.terminate()
                 proc.wait(30)
     ok = all(r["answered_once"] and not r["errors"] for r in rows)
-    print(json.dumps({"decoder": args.decoder, "options": args.option, "prefix_lines": PREFIX_LINES,
-                      "ok": ok, "levels": rows, "streams": streams}))
+    print(
+        json.dumps(
+            {
+                "decoder": args.decoder,
+                "options": args.option,
+                "prefix_lines": PREFIX_LINES,
+                "ok": ok,
+                "levels": rows,
+                "streams": streams,
+            }
+        )
+    )
     if not ok:
         raise SystemExit(1)
 

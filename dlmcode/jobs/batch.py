@@ -259,6 +259,8 @@ def run_batched(jobs: Iterable[Job], batch_size: int) -> list[Result]:
     jobs = list(jobs)
     for i, job in enumerate(jobs):
         if not isinstance(job.dlm.predict, Routed):
-            raise ValueError(f"job {i}: its model's predict is not batched: build the jobs on batch.batched(dlm)"
-                             " (a KV-cached predict cannot be batched)")  # fmt: skip
+            raise ValueError(
+                f"job {i}: its model's predict is not batched: build the jobs on batch.batched(dlm)"
+                " (a KV-cached predict cannot be batched)"
+            )
     return list(Batcher(batch_size).map([functools.partial(run_job, job) for job in jobs]))

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor, nn
 
 
-def rope_tables(length: int, head_dim: int, theta: float, device: torch.device, start: int = 0) -> tuple[Tensor, Tensor]:
+def rope_tables(
+    length: int, head_dim: int, theta: float, device: torch.device, start: int = 0
+) -> tuple[Tensor, Tensor]:
     """cos/sin of the rotary angles for positions start..start+length-1 (RoFormer, Su et al. 2021)."""
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     pos = torch.arange(start, start + length, device=device, dtype=torch.float32)

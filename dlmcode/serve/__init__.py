@@ -46,16 +46,21 @@ def run(engine: Engine, host: str, port: int, api_key: str | None) -> int | None
     import uvicorn
 
     app = make_app(engine, api_key)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=GRACE)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE
+    )
     server = stopping(uvicorn.Server)(config, app.state.server.queue)
     sock = listen(host, port)
     note = warning(host, api_key)
     if note:
         print(note, file=sys.stderr)
     shown = f"[{host}]" if ":" in host else host
-    print(f"dlmcode: serving {engine.name} ({engine.decoder}) at http://{shown}:{port} "
-          "(llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate); Ctrl-C stops", file=sys.stderr, flush=True)
+    print(
+        f"dlmcode: serving {engine.name} ({engine.decoder}) at http://{shown}:{port} "
+        "(llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate); Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
     server.run(sockets=[sock])
     return server.stopped_by
 

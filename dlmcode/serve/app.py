@@ -2,8 +2,9 @@
 
 Every route goes through `route`: the API key, the body (body.py), the protocol's parser,
 the Engine's checks, then the queue (warm-ups and errors never wait in it), then the
-protocol's answer, or its stream as the decode settles the text (stream.py). Any refusal is one line in the protocol's error shape; an
-unexpected failure is a 500 in that shape, logged once, and the server keeps serving.
+protocol's answer, or its stream as the decode settles the text (stream.py). Any refusal is
+one line in the protocol's error shape; an unexpected failure is a 500 in that shape, logged
+once, and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from starlette.routing import Route
 
 from . import body, llamacpp, ollama, openai
 from .engine import Answer, Emit, Engine
-from .request import BadRequest, Fill
 from .queue import Queue
 from .request import BadRequest, Fill
 from .steps import ClientGone
@@ -91,7 +91,9 @@ def shape_of(path: str) -> Error:
     return llamacpp.error
 
 
-def route(server: Server, error: Error, handler: Callable[[Request, dict[str, Any]], Awaitable[Response]], post: bool = True):
+def route(
+    server: Server, error: Error, handler: Callable[[Request, dict[str, Any]], Awaitable[Response]], post: bool = True
+):
     async def endpoint(request: Request) -> Response:
         try:
             if not server.allowed(request):
@@ -158,10 +160,16 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
         Route("/completion", route(server, llamacpp.error, completion), methods=["POST"]),
         Route("/completions", route(server, llamacpp.error, completion), methods=["POST"]),
         Route("/health", route(server, llamacpp.error, get(llamacpp.health), post=False), methods=["GET"]),
-        Route("/props", route(server, llamacpp.error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]),
-        Route("/models", route(server, llamacpp.error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]),
+        Route(
+            "/props", route(server, llamacpp.error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]
+        ),
+        Route(
+            "/models", route(server, llamacpp.error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]
+        ),
         Route("/v1/completions", route(server, openai.error, v1_completions), methods=["POST"]),
-        Route("/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]),
+        Route(
+            "/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]
+        ),
         Route("/api/generate", route(server, ollama.error, api_generate), methods=["POST"]),
         Route("/api/tags", route(server, ollama.error, get(lambda: ollama.tags(engine)), post=False), methods=["GET"]),
         Route("/api/version", route(server, ollama.error, get(ollama.version), post=False), methods=["GET"]),

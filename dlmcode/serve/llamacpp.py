@@ -27,7 +27,9 @@ STOP_TYPES = {"end": "eos", "stop": "word", "length": "limit", "time": "limit", 
 
 
 def error(message: str, status: int) -> JSONResponse:
-    kind = {401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error"}.get(status, "invalid_request_error")
+    kind = {401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error"}.get(
+        status, "invalid_request_error"
+    )
     return JSONResponse({"error": {"code": status, "message": message, "type": kind}}, status)
 
 
@@ -90,8 +92,12 @@ def render(answer: Answer, engine: Engine, fields: list[str] | None, index: int 
         "model": engine.name,
         "tokens_predicted": answer.tokens,
         "tokens_evaluated": answer.prompt_tokens,
-        "generation_settings": {"n_ctx": engine.dlm.context, "n_predict": answer.holes, "model": engine.name,
-                                "temperature": answer.settings.get("temperature", 0.0)},
+        "generation_settings": {
+            "n_ctx": engine.dlm.context,
+            "n_predict": answer.holes,
+            "model": engine.name,
+            "temperature": answer.settings.get("temperature", 0.0),
+        },
         "prompt": "",
         "has_new_line": "\n" in answer.text,
         "truncated": answer.truncated,
@@ -148,10 +154,24 @@ def health() -> dict[str, str]:
 
 
 def props(engine: Engine) -> dict[str, Any]:
-    return {"default_generation_settings": {"n_ctx": engine.dlm.context, "model": engine.name},
-            "total_slots": 1, "model_path": engine.dlm.name, "n_ctx": engine.dlm.context}
+    return {
+        "default_generation_settings": {"n_ctx": engine.dlm.context, "model": engine.name},
+        "total_slots": 1,
+        "model_path": engine.dlm.name,
+        "n_ctx": engine.dlm.context,
+    }
 
 
 def models(engine: Engine) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": engine.name, "object": "model", "created": 0, "owned_by": "dlmcode",
-                                        "meta": {"n_ctx_train": engine.dlm.context}}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": engine.name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "dlmcode",
+                "meta": {"n_ctx_train": engine.dlm.context},
+            }
+        ],
+    }

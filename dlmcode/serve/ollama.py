@@ -85,14 +85,28 @@ def shape(engine: Engine) -> Shape:
 
 def tags(engine: Engine) -> dict[str, Any]:
     family = engine.dlm.family
-    return {"models": [{"name": engine.name, "model": engine.name, "modified_at": now(), "size": 0, "digest": "",
-                        "details": {"parent_model": "", "format": "safetensors", "family": family, "families": [family],
-                                    "parameter_size": "", "quantization_level": ""}}]}
+    return {
+        "models": [
+            {
+                "name": engine.name,
+                "model": engine.name,
+                "modified_at": now(),
+                "size": 0,
+                "digest": "",
+                "details": {
+                    "parent_model": "",
+                    "format": "safetensors",
+                    "family": family,
+                    "families": [family],
+                    "parameter_size": "",
+                    "quantization_level": "",
+                },
+            }
+        ]
+    }
 
 
 def version() -> dict[str, str]:
     from importlib.metadata import version as installed
 
     return {"version": installed("dlmcode")}
-
-

@@ -70,9 +70,15 @@ def render(answers: list[Answer], engine: Engine) -> dict[str, Any]:
         "object": "text_completion",
         "created": int(time.time()),
         "model": engine.name,
-        "choices": [{"text": a.text, "index": i, "logprobs": None, "finish_reason": FINISH[a.stop]} for i, a in enumerate(answers)],
-        "usage": {"prompt_tokens": answers[0].prompt_tokens, "completion_tokens": tokens,
-                  "total_tokens": answers[0].prompt_tokens + tokens},
+        "choices": [
+            {"text": a.text, "index": i, "logprobs": None, "finish_reason": FINISH[a.stop]}
+            for i, a in enumerate(answers)
+        ],
+        "usage": {
+            "prompt_tokens": answers[0].prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": answers[0].prompt_tokens + tokens,
+        },
         "dlmcode": answers[0].extras() if len(answers) == 1 else [a.extras() for a in answers],
     }
 
@@ -80,7 +86,12 @@ def render(answers: list[Answer], engine: Engine) -> dict[str, Any]:
 def shape(engine: Engine) -> Shape:
     """OpenAI's stream: chunks `{choices: [{text, index, finish_reason: null}]}` as each choice's fill
     settles, then one with its finish_reason (and our `dlmcode`), and `data: [DONE]` after all."""
-    head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": engine.name}
+    head = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": engine.name,
+    }
 
     def choice(i: int, text: str, finish: str | None) -> dict[str, Any]:
         return {"text": text, "index": i, "logprobs": None, "finish_reason": finish}

@@ -25,8 +25,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..jobs.batch import Batcher, Slot
-from ..jobs.batch import Stopped
+from ..jobs.batch import Batcher, Slot, Stopped
 from .engine import Answer, Emit, Engine
 from .request import Fill
 from .steps import ClientGone
@@ -59,8 +58,13 @@ class Solo(Slot):
     thread wake-ups a call, measured at about a tenth of a lone decode's time on a busy CPU).
     A request that arrives meanwhile joins at this decode's next call, which goes through the batch."""
 
-    def __init__(self, cond: threading.Condition, stopped: Callable[[], bool], alone: Callable[[], bool],
-                 counted: Callable[[int], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cond: threading.Condition,
+        stopped: Callable[[], bool],
+        alone: Callable[[], bool],
+        counted: Callable[[int], None],
+    ) -> None:
         super().__init__(cond, lambda: stopped() or self.failure is not None)
         self.alone, self.counted = alone, counted
         self.failure: Exception | None = None  # the shared forward this decode waited for failed (queue.forward)
@@ -98,7 +102,9 @@ class Queue:
         self.counters = Counters()
         self.cancels: set[threading.Event] = set()  # one per request queued or decoding: `stop` sets them all
 
-    async def answer(self, req: Fill, gone: Callable[[], Awaitable[bool]] | None = None, emit: Emit | None = None) -> Answer:
+    async def answer(
+        self, req: Fill, gone: Callable[[], Awaitable[bool]] | None = None, emit: Emit | None = None
+    ) -> Answer:
         """Decode `req` in turn; ClientGone when `gone()` says the client left before its answer.
         `emit` gets the fill's text as it becomes final (engine.run), in the decode's thread."""
         entry = Entry(req, threading.Event(), emit)
@@ -125,7 +131,9 @@ class Queue:
         finally:
             self.waiting -= 1
             self.cancels.discard(entry.cancel)
-            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # a cancelled one's error: read, never logged
+            future.add_done_callback(
+                lambda f: f.cancelled() or f.exception()
+            )  # a cancelled one's error: read, never logged
 
     def put(self, entry: Entry) -> None:
         with self.cond:

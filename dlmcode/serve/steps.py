@@ -42,7 +42,9 @@ class Bounds:
 
     region: range  # the fill's canvas positions
     end_ids: tuple[int, ...] = ()  # tokens that end the fill
-    complete: Callable[[list[int]], bool] | None = None  # the fill's first ids (no hole among them) -> whether the fill is done
+    complete: Callable[[list[int]], bool] | None = (
+        None  # the fill's first ids (no hole among them) -> whether the fill is done
+    )
     deadline: float | None = None  # time.perf_counter() value
     cancel: threading.Event = field(default_factory=threading.Event)
     reason: str = FULL
@@ -71,7 +73,9 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             return
 
 
-def ended(canvas: Canvas, region: range, end_ids: tuple[int, ...], complete: Callable[[list[int]], bool] | None = None) -> int | None:
+def ended(
+    canvas: Canvas, region: range, end_ids: tuple[int, ...], complete: Callable[[list[int]], bool] | None = None
+) -> int | None:
     """The end token to commit at every hole left, when the fill is over; else None.
 
     Over: an end token is committed with no hole before it, or the committed run at the

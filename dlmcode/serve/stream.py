@@ -76,7 +76,8 @@ class Live:
             self.items.put_nowait((i, err))
 
     async def first(self) -> None:
-        """Wait for the first piece or answer; its error (BadRequest, ClientGone, ...) is raised here, before any event."""
+        """Wait for the first piece or answer; its error (BadRequest, ClientGone, ...) is
+        raised here, before any event."""
         self.head = await self.items.get()
         if isinstance(self.head[1], BaseException):
             self.cancel()
