@@ -49,6 +49,7 @@ def test_infill_json_fields(model, source):
         "guard",
         "notes",
         "processors",
+        "sized",
     }
     assert data["decoder"]["name"] == "threshold" and data["decoder"]["settings"]["tau"] == 0.5
     assert data["processors"] == ["ban pad"]  # the span's own length: pads are never proposed

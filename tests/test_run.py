@@ -180,7 +180,7 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
     assert seen["load"] == [expected.model] and seen["generate"] == [expected]
 
     for flags, says in [
-        (["--length", "0"], "dlmcode: error: --length 0: give a positive number of tokens"),
+        (["--length", "0"], "dlmcode: error: --length '0': give a positive number of tokens, or auto"),
         (["--cache", "prefx"], "dlmcode: error: --cache 'prefx': use one of none, prefix, dual"),
         (
             ["--cache-refresh", "3"],

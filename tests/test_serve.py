@@ -161,9 +161,9 @@ def test_dlmcode_fields_in_the_answer():
     c, _ = client()
     got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}).json()
     extra = got["dlmcode"]
-    assert extra["decoder"] == "low-confidence" and extra["holes"] == 20
-    assert extra["calls"] == len(SCRIPT)  # one commit per call, and the pads at once when the model has ended the fill
-    assert extra["tpf"] == pytest.approx(20 / len(SCRIPT), abs=1e-4)
+    assert extra["decoder"] == "low-confidence" and extra["holes"] == len(SCRIPT)  # the length rule read the script's end (of 20)
+    assert extra["calls"] == 1 + len(SCRIPT)  # the length rule's probe, then one commit per call
+    assert extra["tpf"] == pytest.approx(len(SCRIPT) / (1 + len(SCRIPT)), abs=1e-4)
     assert extra["breakage"] == {"broken": False, "new_errors": 0, "first_line": None, "touches_span": False}
     assert extra["stop_reason"] == "end" and extra["timed_out"] is False
 
@@ -342,7 +342,7 @@ def test_line_rule_ends_the_fill_after_its_first_non_blank_lines_and_saves_calls
     body = {"input_prefix": "def f():", "input_suffix": "\n", "n_predict": 40, "options": {"block": 8}}
     got = c.post("/infill", json=body).json()  # the server's default: one line
     assert got["content"] == "\n    a = 1" and got["dlmcode"]["stop_reason"] == "end"
-    assert predict.calls == len("\n    a = 1\n")  # once those are committed, the other 29 holes are committed at once
+    assert predict.calls == 1 + len("\n    a = 1\n")  # the length probe; once those are committed, the other holes are committed at once
     got = c.post("/infill", json={**body, "lines": 2}).json()
     assert got["content"] == "\n    a = 1\n    b = 2"
     assert length.cut_lines("x\n\ny\nz", 2) == ("x\n\ny", True) and length.cut_lines("x", 1) == ("x", False)
@@ -448,7 +448,7 @@ def test_a_waiting_request_whose_client_left_never_runs():
         return answer
 
     answer = asyncio.run(main())
-    assert answer.text == SCRIPT and predict.calls == len(SCRIPT)  # only the first decode called the model
+    assert answer.text == SCRIPT and predict.calls == 1 + len(SCRIPT)  # only the first decode called the model (its probe, then one call a token)
 
 
 # ---------------------------------------------------------------- API key

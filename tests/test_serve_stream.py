@@ -29,7 +29,7 @@ from serve_tiny import Gated, tiny_dlm
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
 LINES = "x = a + b\n    y = x * 2\n    return y"  # three lines, all of them parse in place
-SETTLED = len("x = a + b\n")  # the call after which the first line is settled (its line break is the 10th commit)
+SETTLED = 1 + len("x = a + b\n")  # the call after which the first line is settled: the length probe, then 10 commits
 
 
 def serve(script: str = LINES, **engine) -> tuple[TestClient, object]:

@@ -32,6 +32,7 @@ from ..jobs.fill import with_assistant
 from ..models import cache as kvcache
 from ..models.base import Dlm
 from ..text import spans, syntax, trivial
+from ..core.run import AUTO
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
 from .suites import Suite, Task
@@ -39,6 +40,13 @@ from .suites import Suite, Task
 GENERATE_LENGTH = 128  # tokens generated per HumanEval prompt unless --length says otherwise
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # a completion ends at top-level code (Codex, arXiv 2107.03374)
 ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token count"
+ORACLE, UNKNOWN, EDITOR = "oracle", "unknown", "editor"  # --fill-length: how an infill hole's length is set
+FILL_LENGTHS = {
+    ORACLE: ORACLE_NOTE,
+    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/sizing.py; its probe call counts)",
+    EDITOR: "editor's length: the length rule sizes each hole, then the fill is cut after its first non-blank line (dlmcode serve's --lines 1)",
+}
+EDITOR_CEILING = 128  # n_predict as llama.vim and llama.vscode send it (the rule's room is smaller for every family)
 SAMPLES_FILE = "samples.jsonl"
 PART_FILE = "samples.rank{}.jsonl"  # a rank's samples while a sharded run is going
 GATHER_TIMEOUT = timedelta(hours=12)  # ranks that finish early wait this long for the others
@@ -57,14 +65,17 @@ class Config:
     decoder: Decoder
     sweep: dict[str, str] = field(default_factory=dict)  # this point's swept values
     cache: CacheSettings = field(default_factory=CacheSettings)  # block: the decoder's
+    fill_length: str = ORACLE  # how infill holes are sized (FILL_LENGTHS)
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The decoder's settings, and the cache's when there is one (so rows and resume keys tell them apart)."""
+        """The decoder's settings, the cache's when there is one, and the fill length when it is not the
+        oracle's (so rows and resume keys tell them apart)."""
+        length = {} if self.fill_length == ORACLE else {"length": self.fill_length}
         if self.cache.mode == "none":
-            return decoders.settings_of(self.decoder)  # refresh means nothing without a cache
+            return decoders.settings_of(self.decoder) | length  # refresh means nothing without a cache
         refresh = {"cache_refresh": self.cache.refresh} if self.cache.refresh else {}
-        return decoders.settings_of(self.decoder) | {"cache": self.cache.mode} | refresh
+        return decoders.settings_of(self.decoder) | {"cache": self.cache.mode} | refresh | length
 
     def model(self, dlm: Dlm) -> Dlm:
         """`dlm` behind a fresh cache for one decode (itself without one)."""
@@ -74,7 +85,8 @@ class Config:
     def label(self) -> str:
         """The row's name: the decoder, its swept values, and `(guarded)` when the guard is on but not swept."""
         marked = ["(guarded)"] if getattr(self.decoder, "guard", False) and "guard" not in self.sweep else []
-        return " ".join([self.name, *(f"{k}={v}" for k, v in self.sweep.items()), *marked])
+        length = [] if self.fill_length == ORACLE else [f"length={self.fill_length}"]
+        return " ".join([self.name, *(f"{k}={v}" for k, v in self.sweep.items()), *marked, *length])
 
     def key(self) -> tuple[str, str]:
         return self.name, json.dumps(self.settings, sort_keys=True)
@@ -89,7 +101,8 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     return key.strip(), points
 
 
-def configs(names: list[str], options: list[str], sweeps: list[str], temperature: float | None = None) -> list[Config]:
+def configs(names: list[str], options: list[str], sweeps: list[str], temperature: float | None = None,
+            fill_length: str = ORACLE) -> list[Config]:  # fmt: skip
     """Every decoder (none named: all of them) with -o settings and the cartesian product of its sweeps.
 
     A setting or sweep applies to the decoders that have it; one that no decoder has is an error.
@@ -106,6 +119,7 @@ def configs(names: list[str], options: list[str], sweeps: list[str], temperature
     found: dict[tuple[str, str], Config] = {}
     for name in dict.fromkeys(names):
         for config in _points(name, given, axes, temperature):
+            config = dataclasses.replace(config, fill_length=fill_length)
             found.setdefault(config.key(), config)
     return list(found.values())
 
@@ -137,9 +151,12 @@ def _fields(name: str) -> set[str]:
 
 
 class Infill:
-    """Fill the hole between prompt and suffix; oracle length when the middle is known."""
+    """Fill the hole between prompt and suffix; oracle length when the middle is known and the
+    config asks for it, else the length rule's (as a user meets the task)."""
 
     def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
+        if config.fill_length != ORACLE:
+            return self.unknown(task, config, dlm, seed)
         n = max(1, len(dlm.tokenizer.encode(task.canonical))) if task.canonical is not None else length
         marked = f"{task.prompt}⟦fill:{n}⟧{task.suffix}"
         plan = spans.plan_infill(marked, dlm.vocab, None, None)
@@ -149,6 +166,13 @@ class Infill:
         # The hidden middle is the user's text for the hole, as a --span's lines are.
         return fill.Job(plan, model, config.decoder, seed, task.lang, originals=(task.canonical or "",),
                         processors=fill.exact_length(model))
+
+    def unknown(self, task: Task, config: Config, dlm: Dlm, seed: int) -> fill.Job:
+        """The hole sized by the length rule within EDITOR_CEILING, as `dlmcode serve` sizes it."""
+        job = fill.prepare_middle(task.prompt, task.suffix, EDITOR_CEILING, dlm=dlm, decoder=config.decoder, seed=seed,
+                                  lang=task.lang, cache=config.cache.mode, cache_refresh=config.cache.refresh, unknown=True)  # fmt: skip
+        job.originals = (task.canonical or "",)  # the hidden middle is the user's text for the hole
+        return job
 
     def output(self, task: Task, result: fill.Result) -> str:
         return result.text[len(task.prompt) : len(result.text) - len(task.suffix)]
@@ -161,6 +185,7 @@ class Generate:
     """Continue the prompt (no chat template) and cut the completion at top-level code."""
 
     def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
+        length = length if config.fill_length == ORACLE else AUTO  # unknown: the length rule reads it
         return fill.prepare_generate(task.prompt, dlm=dlm, decoder=config.decoder, length=length, seed=seed,
                                      lang=task.lang, chat=False, cache=config.cache.mode, cache_refresh=config.cache.refresh)
 
@@ -175,6 +200,17 @@ class Generate:
 
 
 MODES: dict[str, Infill | Generate] = {"infill": Infill(), "generate": Generate()}
+
+
+def editor_cut(task: Task, output: str, breakage: syntax.Breakage | None) -> tuple[str, syntax.Breakage | None]:
+    """The fill cut after its first non-blank line, as `dlmcode serve` cuts it (serve/length.py rule 3),
+    and the syntax it breaks then (the breakage rule of serve_length: against the task's own code)."""
+    from ..serve import length as served
+
+    cut, was_cut = served.cut_lines(output, 1, served.whole_lines(task.prompt, task.suffix))
+    if not was_cut or breakage is None:
+        return cut, breakage
+    return cut, syntax.breakage(task.original, task.prompt + cut + task.suffix, task.lang)
 
 
 def truncate(text: str, stops: Iterable[str]) -> str:
@@ -210,6 +246,8 @@ def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limi
     mode = MODES[task.mode]
     output = mode.output(task, result)
     breakage = mode.breakage(task, result, output)
+    if config.fill_length == EDITOR and task.mode == "infill":
+        output, breakage = editor_cut(task, output, breakage)
     outcome = sandbox.run(task.code(output), task.test, task.entry_point, limits) if task.test else None
     return Sample(
         task=task.task_id, decoder=config.name, settings=config.settings, seed=seed, output=output,
@@ -446,7 +484,10 @@ class BenchRun:
     @property
     def length_note(self) -> str:
         generate = any(t.mode == "generate" for t in self.suite.tasks)
-        return f"{self.length} tokens generated per prompt" if generate else ORACLE_NOTE
+        mode = self.configs[0].fill_length if self.configs else ORACLE
+        if generate:
+            return f"{self.length} tokens generated per prompt" if mode == ORACLE else FILL_LENGTHS[UNKNOWN]
+        return FILL_LENGTHS[mode]
 
     def wanted(self, tasks: list[Task]) -> list[tuple]:
         return [sample_key(t.task_id, c.name, c.settings, self.seed) for t in tasks for c in self.configs]
@@ -490,6 +531,7 @@ class BenchRun:
             "tasks": len(self.suite.tasks),
             "seed": self.seed,
             "length": self.length_note,
+            "fill_length": self.configs[0].fill_length if self.configs else ORACLE,
             "quality": "pass_at_1" if self.suite.has_tests else "exact_match",
             "rows": rows(current, self.configs),
         }
@@ -527,7 +569,8 @@ def rows(found: list[Sample], configs: list[Config]) -> list[dict]:
 
 
 def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list[str], limit: int | None,
-                  seed: int, length: int, out: Path | None, limits: dict[str, float], batch_size: int = 1) -> BenchRun:  # fmt: skip
+                  seed: int, length: int, out: Path | None, limits: dict[str, float], batch_size: int = 1,
+                  fill_length: str = ORACLE) -> BenchRun:  # fmt: skip
     """A BenchRun from command-line values, all checked before any model loads; then call load()."""
     from . import suites
 
@@ -542,7 +585,9 @@ def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list
         fence = sandbox.Limits(**limits)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    chosen = configs(names, options, sweeps)
+    if fill_length not in FILL_LENGTHS:
+        raise UsageError(f"--fill-length {fill_length!r}: give one of {', '.join(FILL_LENGTHS)}")
+    chosen = configs(names, options, sweeps, fill_length=fill_length)
     if batch_size > 1 and any(c.cache.mode != "none" for c in chosen):
         raise UsageError("--batch-size above 1 with a KV cache: not supported (a cache keeps one decode's keys and values); use one or the other")
     return BenchRun(suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names), batch_size=batch_size)

@@ -192,7 +192,7 @@ def run_with_view(job: Any, quiet: bool, json_out: bool) -> Any:
 def infill(
     file: Source,
     span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers")] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]")] = None,
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -248,7 +248,7 @@ def infill(
 @app.command(cls=Command)
 def generate(
     prompt_file: Source,
-    length: Annotated[int, typer.Option(help="tokens to generate")] = 128,
+    length: Annotated[str, typer.Option(help="tokens to generate, or auto (the length rule reads it from one probe call: docs/length.md)")] = "128",
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -275,7 +275,7 @@ def generate(
         prompt = files.read_source(prompt_file)
         run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
                           decoder=decoder, options=parse_options(option),
-                          temperature=temperature, seed=seed, length=length,
+                          temperature=temperature, seed=seed, length=parse_length(length),
                           lang=language(prompt_file, lang, required=False), cache=cache,
                           cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
@@ -391,7 +391,7 @@ def compare(
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
     sweep: Annotated[list[str] | None, typer.Option(help="key=v1,v2,...: run each value (e.g. guard=false,true); several --sweep run their cartesian product")] = None,
     temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite)] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span, or auto (room to spare; unused holes become stripped pad tokens) [default: the original span's token count]")] = None,
+    length: Annotated[str | None, typer.Option(help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]")] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -455,6 +455,7 @@ def bench(
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     quiet: Quiet = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="decodes sharing each model forward (padded, masked); results as at 1")] = 1,
+    fill_length: Annotated[str, typer.Option("--fill-length", help="infill holes: oracle (the hidden middle's token count), unknown (the length rule sizes them, as serve and ⟦fill⟧ do), or editor (unknown, then cut after the first line as serve does)")] = "oracle",
     offline: Offline = False,
 ) -> None:
     """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
@@ -465,7 +466,8 @@ def bench(
             from ..bench import live, runner
             from . import view
         limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory, "isolated": not unsafe_no_sandbox}
-        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size)
+        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size,
+                                   fill_length)  # fmt: skip
         quiet = quiet or not run.ranks.lead
         run.ranks.join(device)  # under torchrun: join before loading, so a rank that fails tells the others
         with run.ranks.failing_fast():

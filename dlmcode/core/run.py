@@ -55,7 +55,7 @@ class RunSettings:
     options: Mapping[str, Any] | None = None  # the decoder's settings (with a name only)
     temperature: float | None = None  # None: the decoder's own
     seed: int = 0
-    length: int | str | None = None  # holes: a number, "auto" (infill: room to spare) or None (infill: the span's own count)
+    length: int | str | None = None  # holes: a number, "auto" (the length rule, dlmcode/jobs/sizing.py) or None (a span: its own count; bare ⟦fill⟧: the length rule)
     lang: str | None = None  # language of the breakage check; None: not checked
     cache: str = "none"  # KV cache: none, prefix or dual
     cache_refresh: int = 0

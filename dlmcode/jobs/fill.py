@@ -28,6 +28,7 @@ from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
 from ..text import guard, oracle, spans, syntax
 from .processors import Ban, Penalty, Processor, names, processed
+from . import sizing
 
 Follow = Callable[[Iterator[Step]], Step | None]
 
@@ -51,6 +52,7 @@ class Result:
     guard: Mapping[str, Any] | None = None  # a guarded decode's counters (guard.Stats); None: unguarded
     notes: tuple[str, ...] = ()  # one line each, for the user: why a guard asked for could not hold
     processors: tuple[str, ...] = ()  # what was done to the logits (jobs/processors.py), by name
+    sized: tuple[int, ...] = ()  # holes the length rule chose per hole of unknown length (jobs/sizing.py); its call is in `calls`
 
     @property
     def tpf(self) -> float:
@@ -73,6 +75,7 @@ class Result:
             "guard": dict(self.guard) if self.guard is not None else None,
             "notes": list(self.notes),
             "processors": list(self.processors),
+            "sized": list(self.sized),
         }
 
 
@@ -90,6 +93,7 @@ class Job:
     trim_at: int | None = None  # generate: the completion ends at the first end-of-text
     processors: tuple[Processor, ...] = ()  # what happens to the logits, in order (jobs/processors.py)
     notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
+    sized: sizing.Sized | None = None  # the length rule's probe (its call and seconds count in the Result)
 
     def __post_init__(self) -> None:
         if oracle.wants(self.decoder):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
@@ -159,15 +163,21 @@ class Job:
         return [(text[: h.start_char], text[h.end_char :]) for h in self.plan.holes]
 
     def steps(self) -> Iterator[Step]:
+        """The decoder's Steps; their `calls` include the length rule's probe, so every face counts it."""
         rng = torch.Generator().manual_seed(self.seed)
-        return self.decoder(self.plan.canvas, processed(self.dlm.predict, self.processors), rng)
+        steps = self.decoder(self.plan.canvas, processed(self.dlm.predict, self.processors), rng)
+        return shifted(steps, self.probe_calls) if self.probe_calls else steps
+
+    @property
+    def probe_calls(self) -> int:
+        return self.sized.calls if self.sized else 0
 
     def run(self, follow: Follow = last) -> Result:
         """Decode (through `follow`, which consumes the Step stream) and splice the result."""
         start = time.perf_counter()
         taken: list[int] = []  # tokens each Step reopened
         final = follow(counting(self.steps(), taken))
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0)
         canvas = final.canvas if final else self.plan.canvas
         filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
         text = self.finish(filled) if self.finish else filled.text
@@ -175,7 +185,7 @@ class Job:
             text=text,
             ids=filled.ids,
             canvas=canvas.tokens.tolist(),
-            calls=final.calls if final else 0,
+            calls=final.calls if final else self.probe_calls,
             filled=self.plan.canvas.n_holes,
             seconds=seconds,
             breakage=self.breakage(filled, text),
@@ -187,6 +197,7 @@ class Job:
             notes=tuple(self.notes),
             processors=names(self.processors),
             fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
+            sized=self.sized.lengths if self.sized else (),
         )
 
     def guard_stats(self) -> dict[str, float] | None:
@@ -221,6 +232,12 @@ class Job:
         return syntax.breakage(before, text, self.lang, holes=holes)
 
 
+def shifted(steps: Iterator[Step], calls: int) -> Iterator[Step]:
+    """The Step stream with `calls` more model calls counted in each Step (the length rule's probe)."""
+    for step in steps:
+        yield dataclasses.replace(step, calls=step.calls + calls)
+
+
 def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
     """The Step stream as it is, noting in `taken` how many tokens each Step reopened."""
     for step in steps:
@@ -229,19 +246,30 @@ def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
 
 
 GAVE_UP = "no filling of the holes parses (does the code around them parse?)"
-AUTO_MARKER_LENGTH = 32  # holes for a ⟦fill⟧ marker under --length auto (our choice)
 AUTO_MAX_EXTRA = 32  # the built-in model never saw more than 32 pads after a hole's content
+GENERATE_ROOM = 128  # the probe's holes for generate --length auto: the default --length (at most half the context)
 
 
-def auto_length(source: str, span: tuple[int, int] | None, tokenizer: Any) -> int:
-    """Holes for --length auto: the span's token count with room to spare (half again, at least 8,
-    at most 32), or AUTO_MARKER_LENGTH for markers. Models trained with pad-filled holes (the
-    built-in one) end the fill early with pad tokens, which splicing strips."""
+def auto_length(source: str, span: tuple[int, int] | None, tokenizer: Any, room: int) -> int:
+    """The probe's holes for --length auto: a span's token count with room to spare (half again, at
+    least 8, at most AUTO_MAX_EXTRA), or the length rule's `room` for markers (jobs/sizing.py)."""
     if span is None:
-        return AUTO_MARKER_LENGTH
+        return room
     start, end = spans.line_span(source, span)
     n = len(tokenizer.encode(source[start:end]))
     return n + min(AUTO_MAX_EXTRA, max(8, n // 2))
+
+
+def probed(dlm: Dlm, plan: spans.Plan, unknown: list[int], ends: tuple[int, ...] | None = None) -> sizing.Sized:
+    """The length rule's probe over `plan` (its holes `unknown` opened at the rule's room): one call."""
+    rule = sizing.rule_for(dlm.family)
+    regions = [plan.positions[i] for i in unknown]
+    return sizing.size(dlm.predict, plan.canvas.tokens, regions, ends or sizing.end_ids(dlm), rule.bias)
+
+
+def bare_markers(source: str) -> list[int]:
+    """Which holes of a marked file have no length of their own (bare ⟦fill⟧), by hole index."""
+    return [i for i, (_, _, count) in enumerate(spans.find_markers(source)) if count is None]
 
 
 def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temperature: float | None) -> Decoder:
@@ -290,14 +318,26 @@ def prepare_infill(
 def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSettings) -> Job:
     """prepare_infill's Job, from one run's settings (the CLI builds them from its flags)."""
     built, model = decoding(dlm, run)
-    length = run.length
-    auto = length == AUTO
-    if auto:
-        length = auto_length(source, span, model.tokenizer)
-    plan = spans.plan_infill(source, model.vocab, span, length)
-    if auto and model.pad_id is not None:  # room to spare: pads are committed last, after the content
-        plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=(model.pad_id,)))
-    return Job(plan, model, built, run.seed, run.lang, processors=() if auto else exact_length(model))
+    unknown = unknown_holes(source, span, run.length)
+    if not unknown:
+        plan = spans.plan_infill(source, model.vocab, span, run.length)
+        return Job(plan, model, built, run.seed, run.lang, processors=exact_length(model))
+    room = auto_length(source, span, model.tokenizer, sizing.rule_for(dlm.family).room)
+    if span is not None:  # --span with --length auto: the span's one hole
+        sized = probed(dlm, spans.plan_infill(source, model.vocab, span, room), [0])
+        plan = spans.plan_infill(source, model.vocab, span, sized.lengths[0])
+    else:
+        plan_for = functools.partial(spans.plan_infill, source, model.vocab, span, None)
+        sized = probed(dlm, plan_for(bare=[room] * len(unknown)), unknown)
+        plan = plan_for(bare=sized.lengths)
+    return Job(plan, model, built, run.seed, run.lang, processors=exact_length(model), sized=sized)
+
+
+def unknown_holes(source: str, span: tuple[int, int] | None, length: int | str | None) -> list[int]:
+    """The holes whose length nobody gave: a span under --length auto; bare ⟦fill⟧ markers unless --length N."""
+    if span is not None:
+        return [0] if length == AUTO else []
+    return bare_markers(source) if length is None or length == AUTO else []
 
 
 def decoding(dlm: Dlm, run: RunSettings) -> tuple[Decoder, Dlm]:
@@ -312,7 +352,7 @@ def prepare_generate(
     dlm: Dlm | None = None,
     decoder: str | Decoder = "low-confidence",
     options: Mapping[str, Any] | None = None,
-    length: int = 128,
+    length: int | str = 128,
     seed: int = 0,
     temperature: float | None = None,
     lang: str | None = "python",
@@ -333,23 +373,32 @@ def prepare_generate(
 
 def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None = None, raw: bool = False,
                  eos: EndOfText | None = None) -> Job:  # fmt: skip
-    """prepare_generate's Job, from one run's settings; `length` must be a number of tokens."""
-    if not isinstance(run.length, int):
-        raise UsageError(f"--length {run.length!r}: give a positive number of tokens")
+    """prepare_generate's Job, from one run's settings; `length` is a number of tokens, or auto
+    (the length rule reads it from one call over GENERATE_ROOM holes, end-of-text as the end)."""
+    if not isinstance(run.length, int) and run.length != AUTO:
+        raise UsageError(f"--length {run.length!r}: give a positive number of tokens, or auto")
     built, model = decoding(dlm, run)
     use_chat = (model.chat is not None) if chat is None else chat
     if use_chat and model.chat is None:
         raise UsageError(f"--chat: model {model.name!r} has no chat template")
     eos = eos or EndOfText()
     text = model.chat(prompt) if use_chat else prompt
-    plan = spans.plan_generate(text, model.vocab, run.length)
+    plan_for = functools.partial(spans.plan_generate, text, model.vocab)
+    sized = None
+    if run.length == AUTO:
+        ends = tuple(i for i in (model.eos_id, model.eot_id) if i is not None)
+        sized = probed(dlm, plan_for(min(GENERATE_ROOM, model.context // 2)), [0], ends)
+    plan = plan_for(sized.lengths[0] if sized else run.length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
+    processors = eos.processors(model)
     if not use_chat:
-        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=eos.processors(model))
+        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=processors, sized=sized)
     if oracle.wants(built):
-        raise UsageError(f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat")
+        raise UsageError(
+            f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat"
+        )
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
-    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=eos.processors(model))
+    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=processors, sized=sized)
 
 
 def prepare_middle(
@@ -366,16 +415,25 @@ def prepare_middle(
     end_ids: tuple[int, ...] = (),
     cache: str = "none",
     cache_refresh: int = 0,
+    unknown: bool = False,
 ) -> Job:
     """A Job that fills `length` holes at an editor's cursor, between `prefix` and `suffix` (the server's job).
 
-    `end_ids` (pad, end-of-text) may end the fill early: they are committed last, and the
-    caller cuts the fill at the first (Result.ids); without them the holes hold code only.
+    `unknown`: `length` is only a ceiling; the length rule (jobs/sizing.py) reads the fill's
+    length from one call over min(length, its room) holes, with `end_ids` (default: the
+    family's) as the ends, and the holes then hold code only. Otherwise `end_ids` (pad,
+    end-of-text) may end the fill early: they are committed last, and the caller cuts the
+    fill at the first (Result.ids); without them the holes hold code only.
     """
     run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
                       cache=cache, cache_refresh=cache_refresh)  # fmt: skip
-    built, model = decoding(default_model(dlm), run)
-    plan = spans.plan_middle(prefix, suffix, model.vocab, length)
+    raw = default_model(dlm)
+    built, model = decoding(raw, run)
+    plan_for = functools.partial(spans.plan_middle, prefix, suffix, model.vocab)
+    if unknown:
+        sized = probed(raw, plan_for(min(length, sizing.rule_for(raw.family).room)), [0], end_ids or None)
+        return Job(plan_for(sized.lengths[0]), model, built, seed, lang, processors=exact_length(model), sized=sized)
+    plan = plan_for(length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
     return Job(plan, model, built, seed, lang, processors=() if end_ids else exact_length(model))
 

@@ -117,7 +117,7 @@ class Engine:
         try:
             job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
                                       lang=req.lang or self.lang, end_ids=ends, cache=self.cache,
-                                      cache_refresh=self.cache_refresh)  # lang: syntax-guard's oracle
+                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/sizing.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = Remember()
@@ -179,6 +179,7 @@ class Engine:
         stopped = stopped or dedented
         least = sent.count("\n") + 1 if sent else 1  # lines a stream has sent: the syntax rule keeps them
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang, least)
+        ended = ended or (job.sized is not None and len(region) < length.holes(req.ceiling, self.dlm))  # the length rule ended it
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
         windowed = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)

@@ -5,13 +5,13 @@ Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the mid
 0. Whitespace. Trailing spaces and tabs of the prefix (the indentation the user typed)
    are left off the canvas and taken back out of the fill (`heal`): tokens join a space to
    the word after it, and a canvas that ends on bare spaces shifts the fill by one.
-1. Holes. min(ceiling, the family's cap): the built-in model was trained with up to
-   AUTO_MAX_EXTRA (32) pad tokens after a hole's content, so a hole longer than that is
-   one it never saw; other families get OTHER_CAP. No ceiling (-1) means the cap.
-2. End. The holes may end the fill early: the family's end tokens (the built-in model's
-   pad; end-of-text, end-of-turn and pad for the others) are committed last
-   (Canvas.late_ids), and the fill is cut at the first one. A decode stops as soon as such a
-   token is committed with no hole before it (steps.bounded), so an early end saves calls.
+1. Holes. The length rule of every face (dlmcode/jobs/sizing.py) chooses them: one probe call
+   over min(ceiling, the family's room) holes reads the end tokens' marginals (the
+   built-in model's pad; end-of-text, end-of-turn and pad for the others), the change point
+   from content to ends is the fill's length, and the holes then hold code only. The probe's
+   call counts in the answer's calls. No ceiling (-1) means the room.
+2. End. The fill is cut at the first end token if any (none is proposed on a sized canvas),
+   and a decode stops as soon as its lines are complete (rule 3, steps.bounded).
 3. Lines. The fill ends after its first LINES non-blank lines (the server's --lines,
    default 1; the last line break is kept when the hole stands for whole lines): an editor completes the line at the cursor, and asks again for the next
    (llama.vim, llama.vscode accept a suggestion line by line). Decoding left to right
@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..jobs.fill import AUTO_MAX_EXTRA
+from ..jobs import sizing as rule
 from ..models.base import Dlm
 from ..text import syntax
 
-BUILTIN_CAP = AUTO_MAX_EXTRA  # the most pads the built-in model saw after a hole's content
-OTHER_CAP = 64  # holes for other families when the editor asks for more: our choice (about 3 lines)
+BUILTIN_CAP = rule.BUILTIN.room  # the most pads the built-in model saw after a hole's content
+OTHER_CAP = rule.OTHER.room  # holes for other families when the editor asks for more (about 3 lines)
 NO_CEILING = -1  # llama.cpp's and Ollama's "no limit"
 
 STOP_STRING = "stop"  # a stop string cut the fill
@@ -42,7 +42,8 @@ SYNTAX = "syntax"  # the fill was cut back to keep the syntax
 
 
 def cap(dlm: Dlm) -> int:
-    return BUILTIN_CAP if dlm.family == "builtin" else OTHER_CAP
+    """The most holes a fill may get: the length rule's room for the family."""
+    return rule.rule_for(dlm.family).room
 
 
 def holes(ceiling: int | None, dlm: Dlm) -> int:
@@ -52,9 +53,8 @@ def holes(ceiling: int | None, dlm: Dlm) -> int:
 
 
 def end_ids(dlm: Dlm) -> tuple[int, ...]:
-    """Tokens that end a fill: pad for the built-in model (trained so), else end-of-text, end-of-turn, pad."""
-    ids = (dlm.pad_id,) if dlm.family == "builtin" else (dlm.eos_id, dlm.eot_id, dlm.pad_id)
-    return tuple(dict.fromkeys(i for i in ids if i is not None))
+    """Tokens that end a fill (the length rule's, dlmcode/jobs/sizing.py)."""
+    return rule.end_ids(dlm)
 
 
 def heal(prefix: str) -> tuple[str, str]:

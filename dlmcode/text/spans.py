@@ -10,7 +10,8 @@ made a file with bare-CR endings one line to --span and many to Python's error m
 
 Markers. Several holes at once are written into the file itself:
 
-    ⟦fill⟧       a hole of DEFAULT_MARKER_LENGTH tokens (or --length N when given)
+    ⟦fill⟧       a hole whose length the job's length rule chooses (dlmcode/jobs/sizing.py; or --length N);
+                 planned alone, DEFAULT_MARKER_LENGTH tokens
     ⟦fill:32⟧    a hole of exactly 32 tokens
 
 The brackets are U+27E6 and U+27E7 (MATHEMATICAL WHITE SQUARE BRACKETS). No mainstream
@@ -163,11 +164,14 @@ def _lines(n: int) -> str:
 # ---------------------------------------------------------------- planning
 
 
-def plan_infill(text: str, vocab: Vocab, span: tuple[int, int] | None, length: int | None) -> Plan:
+def plan_infill(
+    text: str, vocab: Vocab, span: tuple[int, int] | None, length: int | None, bare: Sequence[int] | None = None
+) -> Plan:
     """Holes for lines `span` of `text`, or for its ⟦fill⟧ markers when span is None.
 
     length None: a span's hole is as long as the span's own tokens (at least 1), a bare
     marker gets DEFAULT_MARKER_LENGTH. A given length sizes the span or every bare marker.
+    `bare`: one length per bare marker, in text order (the length rule's, dlmcode/jobs/sizing.py).
     """
     _check_text(text)
     _check_length(length)
@@ -177,7 +181,8 @@ def plan_infill(text: str, vocab: Vocab, span: tuple[int, int] | None, length: i
     if span is not None:
         holes = [_span_hole(text, span, length, vocab.tokenizer)]
     elif markers:
-        holes = [Hole(s, e, count or length or DEFAULT_MARKER_LENGTH) for s, e, count in markers]
+        sizes = iter(bare or ())
+        holes = [Hole(s, e, count or next(sizes, None) or length or DEFAULT_MARKER_LENGTH) for s, e, count in markers]
     else:
         raise UsageError("give --span A:B or put ⟦fill⟧ markers in the file")
     return _plan(text, holes, vocab, length)
