@@ -7,7 +7,10 @@ from typer.testing import CliRunner
 from dlmcode.cli.commands import app
 
 # A small file to infill: the CLI tests' `source` fixture (conftest.py) writes it as point.py.
-SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
+SOURCE = (
+    "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n     "
+    "   self.y = y\n"
+)
 
 
 def run(*args, input=None):

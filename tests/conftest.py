@@ -41,12 +41,20 @@ class TinyModel:
     """
 
     def __init__(
-        self, vocab: int = 40, seed: int = 0, scale: float = 3.0, dim: int = 16, max_len: int = 96, mask_id: int | None = None
+        self,
+        vocab: int = 40,
+        seed: int = 0,
+        scale: float = 3.0,
+        dim: int = 16,
+        max_len: int = 96,
+        mask_id: int | None = None,
     ):
         g = torch.Generator().manual_seed(seed)
         self.vocab = vocab
         self.mask_id = vocab if mask_id is None else mask_id
-        self.embed = torch.randn(vocab + 1, dim, generator=g)  # (V + 1, D): row V embeds a mask id outside the vocabulary
+        self.embed = torch.randn(
+            vocab + 1, dim, generator=g
+        )  # (V + 1, D): row V embeds a mask id outside the vocabulary
         self.pos = torch.randn(max_len, dim, generator=g)  # (Lmax, D)
         self.mix = torch.randn(max_len, max_len, generator=g) / max_len**0.5  # (Lmax, Lmax)
         self.out = torch.randn(dim, vocab, generator=g) * scale / dim**0.5  # (D, V)
@@ -114,7 +122,9 @@ def tiny_assistant_decoders(monkeypatch):
                 torch.manual_seed(0)
                 tiny = TinyAssistant(AssistantConfig(vocab_size=40, dim=16, n_layers=1, n_heads=2)).eval()
             field = dataclasses.field(default=tiny, repr=False, compare=False)
-            patched = dataclasses.make_dataclass(cls.__name__, [("assistant", typing.get_type_hints(cls)["assistant"], field)], bases=(cls,), frozen=True)
+            patched = dataclasses.make_dataclass(
+                cls.__name__, [("assistant", typing.get_type_hints(cls)["assistant"], field)], bases=(cls,), frozen=True
+            )
             patched.__doc__ = cls.__doc__
             monkeypatch.setitem(DECODERS, name, patched)
 
@@ -127,3 +137,9 @@ def source(tmp_path):
     path = tmp_path / "point.py"
     path.write_text(SOURCE)
     return path
+
+
+def pytest_configure(config):
+    """No test downloads: HF_HUB_OFFLINE is set before any test module is imported (huggingface_hub reads it
+    once, at its own import)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"

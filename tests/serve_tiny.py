@@ -31,7 +31,9 @@ class Script:
     """predict for a canvas BOS + prefix + holes + suffix + EOS: the holes get `script`, then pads."""
 
     def __init__(self, prefix: str, script: str, delay: float = 0.0) -> None:
-        self.start = 1 + len(prefix.rstrip(" \t"))  # first hole position (BOS at 0); the server leaves trailing spaces off
+        self.start = 1 + len(
+            prefix.rstrip(" \t")
+        )  # first hole position (BOS at 0); the server leaves trailing spaces off
         self.ids = CharTokenizer().encode(script)
         self.delay = delay
         self.calls = 0
@@ -50,9 +52,35 @@ class Script:
         return logits
 
 
+class Gated:
+    """A predict that holds its call number `at` until `open` is set (`held` says it is holding):
+    a test can act while a decode is known to be mid-way, without timing anything."""
+
+    def __init__(self, script: Script, at: int) -> None:
+        self.script, self.at = script, at
+        self.open, self.held = threading.Event(), threading.Event()
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.script.calls + 1 == self.at:
+            self.held.set()
+            self.open.wait(30)  # a safety net only: a test that never opens it fails on its own assertions
+        return self.script(tokens)
+
+
 def tiny_dlm(prefix: str, script: str, delay: float = 0.0, context: int = 256) -> tuple[Dlm, Script]:
     predict = Script(prefix, script, delay)
-    dlm = Dlm(name="tiny", family="tiny", tokenizer=CharTokenizer(), mask_id=MASK, eos_id=EOS, pad_id=PAD, context=context,
-              predict=predict, device=torch.device("cpu"), dtype=torch.float32,
-              special_ids=frozenset({PAD, MASK, BOS, EOS}), bos_id=BOS)
+    dlm = Dlm(
+        name="tiny",
+        family="tiny",
+        tokenizer=CharTokenizer(),
+        mask_id=MASK,
+        eos_id=EOS,
+        pad_id=PAD,
+        context=context,
+        predict=predict,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        special_ids=frozenset({PAD, MASK, BOS, EOS}),
+        bos_id=BOS,
+    )
     return dlm, predict

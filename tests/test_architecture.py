@@ -64,7 +64,10 @@ def test_no_import_points_up_or_sideways():
         for m, targets in imports().items()
         for t in targets
         if t != "dlmcode"  # the package root: its version, and lazily named exports
-        and (RANK[layer(t)] > RANK[layer(m)] or (RANK[layer(t)] == RANK[layer(m)] and layer(t) != layer(m) and layer(m) not in LAYERS[-1]))
+        and (
+            RANK[layer(t)] > RANK[layer(m)]
+            or (RANK[layer(t)] == RANK[layer(m)] and layer(t) != layer(m) and layer(m) not in LAYERS[-1])
+        )
     ]
     assert wrong == []
 
@@ -98,6 +101,13 @@ def test_the_checks_see_deferred_and_type_only_imports(tmp_path):
     (pkg / "core" / "a.py").write_text("def f():\n    from ..cli import b\n")
     (pkg / "cli").mkdir()
     (pkg / "cli" / "__init__.py").write_text("")
-    (pkg / "cli" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..core.a import f\n")
-    assert imports(pkg) == {"dlmcode": set(), "dlmcode.core": set(), "dlmcode.cli": set(),
-                            "dlmcode.core.a": {"dlmcode.cli.b"}, "dlmcode.cli.b": {"dlmcode.core.a"}}  # fmt: skip
+    (pkg / "cli" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..core.a import f\n"
+    )
+    assert imports(pkg) == {
+        "dlmcode": set(),
+        "dlmcode.core": set(),
+        "dlmcode.cli": set(),
+        "dlmcode.core.a": {"dlmcode.cli.b"},
+        "dlmcode.cli.b": {"dlmcode.core.a"},
+    }

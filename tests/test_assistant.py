@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_builtin
 from typer.testing import CliRunner
 
 from dlmcode.cli.commands import app
@@ -25,7 +23,8 @@ from dlmcode.models import assistant_lm as MA
 from dlmcode.models import load
 from dlmcode.training import train_assistant as TA
 
-os.environ["HF_HUB_OFFLINE"] = "1"
+from tiny import tiny_builtin
+
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FILES = ["textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "bisect.py", "copy.py"]  # copy.py is held out
 
@@ -33,7 +32,9 @@ FILES = ["textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "bisect.py", "copy.
 def tiny(vocab: int = 30, seed: int = 0, sha: str = "") -> MA.TinyAssistant:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return MA.TinyAssistant(MA.AssistantConfig(vocab_size=vocab, dim=16, n_layers=1, n_heads=2, vocab_sha256=sha)).eval()
+        return MA.TinyAssistant(
+            MA.AssistantConfig(vocab_size=vocab, dim=16, n_layers=1, n_heads=2, vocab_sha256=sha)
+        ).eval()
 
 
 def test_soft_embedding_of_a_one_hot_is_the_hard_embedding():
@@ -50,7 +51,9 @@ def test_the_block_input_is_b_plus_2_long_between_the_boundary_tokens():
     probs = torch.softmax(torch.randn(3, 5, 30), -1)
     x = A.prefix(model, probs)
     assert x.shape == (3, 5 + 2, 16)
-    assert torch.equal(x[:, 0], model.embed.weight[30].expand(3, -1)) and torch.equal(x[:, -1], model.embed.weight[31].expand(3, -1))
+    assert torch.equal(x[:, 0], model.embed.weight[30].expand(3, -1)) and torch.equal(
+        x[:, -1], model.embed.weight[31].expand(3, -1)
+    )
     assert model.open_id == 30 and model.close_id == 31 and model(x).shape == (3, 7, 30)  # outputs only shared ids
 
 
@@ -139,12 +142,16 @@ def test_attach_passes_other_decoders_through_and_checks_the_tokenizer(dlm):
     ours = fitted(dlm)
     assert with_assistant(dataclasses.replace(Codila(), assistant=ours), dlm).assistant is ours
     with pytest.raises(ModelError, match="does not share the tokenizer"):
-        with_assistant(dataclasses.replace(Codila(), assistant=tiny(len(A.token_table(dlm.tokenizer)), sha="0" * 64)), dlm)
+        with_assistant(
+            dataclasses.replace(Codila(), assistant=tiny(len(A.token_table(dlm.tokenizer)), sha="0" * 64)), dlm
+        )
 
 
 def test_attach_without_an_assistant_says_how_to_train_one(dlm):
     other = dataclasses.replace(dlm, family="masked-lm")
-    with pytest.raises(ModelError, match=r"codila needs an assistant for this model; train one with `dlmcode train-assistant"):
+    with pytest.raises(
+        ModelError, match=r"codila needs an assistant for this model; train one with `dlmcode train-assistant"
+    ):
         with_assistant(Codila(), other)
 
 
@@ -167,9 +174,23 @@ def mini_stdlib(tmp_path_factory) -> Path:
 
 def micro(dlm_path: Path, root: Path, out: Path, **kw) -> TA.AssistantTrainConfig:
     base = TA.AssistantTrainConfig(
-        out=str(out), model=str(dlm_path), stdlib=str(root), device="cpu", dim=32, n_layers=1, n_heads=2,
-        seq=48, batch=4, block=4, lr=3e-3, warmup_steps=5, log_every=5, eval_windows=4, threads=1, max_steps=40,
-    )  # fmt: skip
+        out=str(out),
+        model=str(dlm_path),
+        stdlib=str(root),
+        device="cpu",
+        dim=32,
+        n_layers=1,
+        n_heads=2,
+        seq=48,
+        batch=4,
+        block=4,
+        lr=3e-3,
+        warmup_steps=5,
+        log_every=5,
+        eval_windows=4,
+        threads=1,
+        max_steps=40,
+    )
     return dataclasses.replace(base, **kw)
 
 
@@ -190,14 +211,39 @@ def test_train_assistant_command_exports_an_assistant_codila_then_uses(dlm_path,
     cfg = micro(dlm_path, mini_stdlib, tmp_path / "run", max_steps=5)
     opts = [f"-o{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg) if f.name not in ("model", "device")]
     runner = CliRunner()
-    result = runner.invoke(app, ["train-assistant", "--model", str(dlm_path), "--device", "cpu", "-q", *opts, "--export", str(tmp_path / "ship")])
+    result = runner.invoke(
+        app,
+        [
+            "train-assistant",
+            "--model",
+            str(dlm_path),
+            "--device",
+            "cpu",
+            "-q",
+            *opts,
+            "--export",
+            str(tmp_path / "ship"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["event"] == "done"
     card = (tmp_path / "ship" / "MODEL_CARD.md").read_text()
     assert "dlmcode train-assistant --model" in card and "Held-out" in card
     source = tmp_path / "f.py"
     source.write_text("def add(a, b):\n    return a + b\n")
-    args = ["infill", str(source), "--span", "2", "-m", str(dlm_path), "-d", "codila", "-o", f"assistant={tmp_path / 'ship'}", "--json"]
+    args = [
+        "infill",
+        str(source),
+        "--span",
+        "2",
+        "-m",
+        str(dlm_path),
+        "-d",
+        "codila",
+        "-o",
+        f"assistant={tmp_path / 'ship'}",
+        "--json",
+    ]
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["decoder"]["name"] == "codila"
@@ -227,10 +273,19 @@ def test_a_hf_causal_lm_reads_soft_embeddings_and_round_trips(dlm, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     table = A.token_table(dlm.tokenizer)
-    config = LlamaConfig(vocab_size=len(table) + 2, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(table) + 2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
-    model = MA.HfAssistant(LlamaForCausalLM(config).eval(), len(table), len(table), len(table) + 1, A.fingerprint(table, len(table)))
+    model = MA.HfAssistant(
+        LlamaForCausalLM(config).eval(), len(table), len(table), len(table) + 1, A.fingerprint(table, len(table))
+    )
     probs = torch.softmax(torch.randn(2, 3, len(table)), -1)
     ids, entropies = A.decode(model, probs, 0.0, torch.Generator(), banned=dlm.mask_id)
     assert ids.shape == (2, 3) and A.block_loss(model, probs, ids).item() > 0
@@ -247,15 +302,27 @@ def test_train_assistant_fine_tunes_a_hf_causal_lm_with_the_same_tokenizer(dlm_p
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(dlm_path / "tokenizer.json"))
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
     tokenizer.save_pretrained(tmp_path / "hf")
-    records = list(TA.logged(micro(dlm_path, mini_stdlib, tmp_path / "run", assistant=str(tmp_path / "hf"), max_steps=3)))
+    records = list(
+        TA.logged(micro(dlm_path, mini_stdlib, tmp_path / "run", assistant=str(tmp_path / "hf"), max_steps=3))
+    )
     assert records[-1]["event"] == "done"
     trained = MA.load(tmp_path / "run" / "best")
-    assert isinstance(trained, MA.HfAssistant) and (trained.open_id, trained.close_id) == (len(tokenizer), len(tokenizer) + 1)
+    assert isinstance(trained, MA.HfAssistant) and (trained.open_id, trained.close_id) == (
+        len(tokenizer),
+        len(tokenizer) + 1,
+    )
     assert trained.vocab == len(tokenizer)  # the same tokenizer: every id is shared
 
 
@@ -274,7 +341,7 @@ def test_block_masking_invariants():
         covered = np.concatenate(blocks)
         assert holes[covered].all() and len(set(covered.tolist())) == len(covered)
         assert all(1 <= len(b) <= 8 and (np.diff(b) == 1).all() for b in blocks)
-        assert all(b[0] > a[-1] + 1 for a, b in zip(blocks, blocks[1:]))  # never touching
+        assert all(b[0] > a[-1] + 1 for a, b in zip(blocks, blocks[1:], strict=False))  # never touching
         if hole.any():
             assert any(hole[b[0]] for b in blocks)  # a block starts inside the over-allocated hole
 

@@ -1,5 +1,5 @@
-"""Batching behind predict (dlmcode/jobs/batch.py over models/forward.py): padded forwards equal unpadded ones, and decodes
-give the same tokens and calls at every batch size (no Fast-dLLM batch-size drift)."""
+"""Batching behind predict (dlmcode/jobs/batch.py over models/forward.py): padded forwards equal unpadded
+ones, and decodes give the same tokens and calls at every batch size (no Fast-dLLM batch-size drift)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import threading
 
 import pytest
 import torch
-from tiny import SNIPPETS, tiny_builtin
 
 from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
 from dlmcode.core.errors import UsageError
 from dlmcode.jobs import batch, fill
+
+from tiny import SNIPPETS, tiny_builtin
 
 # (decoder, settings): a one-token baseline (sampled, so each job's own generator matters),
 # Fast-dLLM's threshold in blocks, and two seed decoders.
@@ -54,7 +55,7 @@ def outcome(results: list[fill.Result]) -> list[tuple[list[int], int]]:
 def test_padded_rows_equal_unpadded_logits(dlm):
     seqs = [torch.randint(4, 200, (n,)) for n in (7, 40, 23, 64)]
     rows = dlm.forward_batch(seqs)
-    for s, row in zip(seqs, rows):
+    for s, row in zip(seqs, rows, strict=True):
         assert row.shape[0] == len(s) and row.dtype == torch.float32
         torch.testing.assert_close(row, dlm.predict(s), atol=1e-5, rtol=0)
     alone = dlm.forward_batch([seqs[0]])[0]  # a batch of one: masked, unpadded
@@ -84,6 +85,36 @@ def test_tokens_and_calls_do_not_depend_on_the_batch_size(dlm, name, options):
     assert len({len(c) for c, _ in plain}) > 3  # canvases of different lengths share the forwards
     for size in (1, 2, 4):
         assert outcome(batch.run_batched(jobs(shared, name, options), size)) == plain, size
+
+
+@pytest.mark.parametrize("cache", ["dual", "prefix"])
+def test_kv_cached_decodes_share_forwards_and_keep_their_tokens(dlm, cache):
+    """models/cache.run_rows: each decode's cached runs (full, or its block from its own start
+    against its own cached keys) join one forward, and every decode gets the tokens it gets alone."""
+    import dataclasses
+    import functools
+
+    def cached_jobs(model):
+        return [
+            fill.prepare_infill(
+                SNIPPETS[i],
+                span,
+                dlm=model,
+                decoder="threshold",
+                options={"tau": "0.2", "block": "4"},
+                seed=i,
+                cache=cache,
+            )
+            for i, span in SPANS
+        ]
+
+    plain = outcome([job.run() for job in cached_jobs(dlm)])
+    sizes = []
+    rows = dlm.run_rows
+    shared = batch.batched(dataclasses.replace(dlm, run_rows=lambda runs: sizes.append(len(runs)) or rows(runs)))
+    together = list(batch.Batcher(4).map([functools.partial(job.run) for job in cached_jobs(shared)]))
+    assert outcome(together) == plain
+    assert max(sizes) > 1 and sum(sizes) == sum(r.calls for r in together)
 
 
 def test_a_batch_holds_every_running_decode(dlm):
@@ -172,12 +203,19 @@ def test_a_masked_lm_batch_equals_its_predict_with_framing():
     transformers = pytest.importorskip("transformers")
     from dlmcode.models import hf
 
-    config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64, pad_token_id=0)  # fmt: skip
+    config = transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     model = transformers.BertForMaskedLM(config).eval()
     frame = ([1], [2])  # [CLS] ... [SEP], added where a canvas lacks them
     predict, forward = hf.make_predict(model, frame=frame), hf.make_forward_batch(model, 0, frame=frame)
     seqs = [torch.tensor([1, *range(5, 5 + n), 2]) for n in (3, 20)] + [torch.arange(5, 17), torch.tensor([1, 7, 8])]
-    for s, row in zip(seqs, forward(seqs)):
+    for s, row in zip(seqs, forward(seqs), strict=True):
         torch.testing.assert_close(row, predict(s), atol=1e-5, rtol=0)

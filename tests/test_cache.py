@@ -35,7 +35,9 @@ def randomize(model: torch.nn.Module) -> torch.nn.Module:
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_((1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=g) * (0.3 if p.dim() == 1 else 0.2))
+            p.copy_(
+                (1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=g) * (0.3 if p.dim() == 1 else 0.2)
+            )
     return model.eval()
 
 
@@ -44,14 +46,32 @@ def builtin_model() -> DlmcodeDiffusionLM:
 
 
 def llada_model() -> native_llada.LladaLM:
-    cfg = {"block_type": "llama", "layer_norm_type": "rms", "activation_type": "silu", "rope": True, "d_model": 32,
-           "n_heads": 4, "n_kv_heads": 2, "n_layers": 2, "mlp_hidden_size": 48, "vocab_size": 64, "weight_tying": False}
+    cfg = {
+        "block_type": "llama",
+        "layer_norm_type": "rms",
+        "activation_type": "silu",
+        "rope": True,
+        "d_model": 32,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "n_layers": 2,
+        "mlp_hidden_size": 48,
+        "vocab_size": 64,
+        "weight_tying": False,
+    }
     return randomize(native_llada.LladaLM(native_llada.LladaConfig.from_json(cfg)))
 
 
 def dream_model() -> native_dream.DreamLM:
-    cfg = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-           "intermediate_size": 48, "vocab_size": 64, "rope_theta": 1e6}
+    cfg = {
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 48,
+        "vocab_size": 64,
+        "rope_theta": 1e6,
+    }
     return randomize(native_dream.DreamLM(native_dream.DreamConfig.from_json(cfg)))
 
 
@@ -80,7 +100,13 @@ def uncached(model: torch.nn.Module, align=None):
 
 def canvas(prompt: int = 10, holes: int = 12, suffix: int = 0) -> Canvas:
     g = torch.Generator().manual_seed(1)
-    ids = torch.cat([torch.randint(0, 60, (prompt,), generator=g), torch.full((holes,), MASK), torch.randint(0, 60, (suffix,), generator=g)])
+    ids = torch.cat(
+        [
+            torch.randint(0, 60, (prompt,), generator=g),
+            torch.full((holes,), MASK),
+            torch.randint(0, 60, (suffix,), generator=g),
+        ]
+    )
     return Canvas(ids, MASK)
 
 
@@ -131,7 +157,9 @@ def test_block_start_runs_everything_then_only_the_blocks_positions(mode, runs):
     final = decode(pr, canvas(suffix=3), block=4)  # 12 holes, 3 blocks, one commit a call
     assert final.calls == 12 and (pr.full_calls, pr.cached_calls) == (3, 9)
     spy = pr.run.runs
-    assert spy[0] == (0, 25) and spy[1] == runs  # a full run at the block's start, then positions 10.. (prefix) or 10..13 (dual)
+    assert (
+        spy[0] == (0, 25) and spy[1] == runs
+    )  # a full run at the block's start, then positions 10.. (prefix) or 10..13 (dual)
     assert [s for s, _ in spy[4:8]] == [0, 14, 14, 14]  # the second block starts with a full run
 
 
@@ -174,11 +202,14 @@ def test_cached_decodes_fill_every_hole_and_match_the_uncached_decode_until_the_
     steps = list(build(decoder, {"block": 4})(c, pr, torch.Generator().manual_seed(0)))
     plain = list(build(decoder, {"block": 4})(c, uncached(model), torch.Generator().manual_seed(0)))
     got, want = steps[-1].canvas.tokens, plain[-1].canvas.tokens
-    assert not bool((got == MASK).any()) and torch.equal(got[:12], c.tokens[:12]) and torch.equal(got[-4:], c.tokens[-4:])
+    assert (
+        not bool((got == MASK).any()) and torch.equal(got[:12], c.tokens[:12]) and torch.equal(got[-4:], c.tokens[-4:])
+    )
     # a decode's first call is a full run, so its first commits are exactly the uncached decode's ...
     assert torch.equal(steps[0].filled, plain[0].filled)
     assert torch.equal(steps[0].canvas.tokens, plain[0].canvas.tokens)
-    # ... and the later calls of each block did run on the cache (random weights: agreement after that is not a quality bar)
+    # ... and the later calls of each block did run on the cache (random weights: agreement after that is not a quality
+    # bar)
     assert pr.cached_calls > 0 and pr.full_calls == 4  # one full run per block: 16 holes in blocks of 4
     agreement = float((got[12:28] == want[12:28]).float().mean())
     assert agreement >= len(steps[0].filled) / 16
@@ -217,14 +248,17 @@ def test_generate_with_a_cache_through_fill(tiny_dlm):
     assert approx.calls == plain.calls == 16 and len(approx.ids) == 16
 
 
-
 def test_speed_bench_rows_ratios_and_targets(tiny_dlm):
     from dlmcode.bench import speed
 
     cfg = speed.SpeedConfig(lengths=(12,), gen=8, block=4, caches=("prefix",), names=("threshold", "low-confidence"))
     rows = speed.run(tiny_dlm, cfg)
     assert [(r.decoder, r.cache) for r in rows] == [
-        ("low-confidence", "none"), ("low-confidence", "prefix"), ("threshold", "none"), ("threshold", "prefix")]
+        ("low-confidence", "none"),
+        ("low-confidence", "prefix"),
+        ("threshold", "none"),
+        ("threshold", "prefix"),
+    ]
     base, cached_row = rows[0], rows[1]
     assert base.ratios["call_speedup"] == base.ratios["tokens_s"] == 1.0 and base.tpf == 1.0 and base.calls == 8
     assert cached_row.full_calls == 2 and base.full_calls is None  # one full run per block of 4
@@ -256,9 +290,16 @@ def test_speed_gives_every_decoder_the_same_holes_per_call():
     assert speed.options_for("codila", 2) == {"window": 1}
 
 
-SMALL = {"llada-8b": {"d_model": 32, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 64},
-         "dream-7b": {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-                      "intermediate_size": 56}}  # fmt: skip
+SMALL = {
+    "llada-8b": {"d_model": 32, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 64},
+    "dream-7b": {
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 56,
+    },
+}
 
 
 @pytest.mark.parametrize("shape", ["llada-8b", "dream-7b"])
@@ -269,7 +310,9 @@ def test_a_published_stand_in_runs_the_native_code_with_its_cache(shape):
     assert dlm.mask_id in (126336, 151666) and dlm.cached is not None
     full = dlm.predict(speed.canvas(dlm, 20, 8).tokens)
     assert full.shape == (28, standins.SHAPES[shape][1]["vocab_size"]) and torch.isfinite(full).all()
-    rows = speed.run(dlm, speed.SpeedConfig(lengths=(20,), gen=8, block=4, caches=("prefix",), names=("low-confidence",)))
+    rows = speed.run(
+        dlm, speed.SpeedConfig(lengths=(20,), gen=8, block=4, caches=("prefix",), names=("low-confidence",))
+    )
     assert [(r.cache, r.calls) for r in rows] == [("none", 8), ("prefix", 8)]
     with pytest.raises(UsageError, match="--shape 'gpt-9'"):
         standins.published("gpt-9", torch.device("cpu"), torch.float32)
@@ -303,12 +346,35 @@ def test_cli_cache_flag_and_speed_command(tiny_dlm, tmp_path):
     assert exact["ids"] == plain["ids"]
     bad = runner.invoke(app, [*base, "--cache", "fast"])
     assert bad.exit_code == 2 and "--cache 'fast': use one of none, prefix, dual" in bad.output
-    out = runner.invoke(app, ["speed", "-m", model, "--device", "cpu", "--lengths", "8", "--gen", "4", "--block", "2",
-                              "-d", "threshold", "--cache", "dual", "--json"])
+    out = runner.invoke(
+        app,
+        [
+            "speed",
+            "-m",
+            model,
+            "--device",
+            "cpu",
+            "--lengths",
+            "8",
+            "--gen",
+            "4",
+            "--block",
+            "2",
+            "-d",
+            "threshold",
+            "--cache",
+            "dual",
+            "--json",
+        ],
+    )
     doc = json.loads(out.stdout)
     assert out.exit_code == 0 and "x call" in out.stderr  # the table goes to stderr, the JSON to stdout
     assert [(r["decoder"], r["cache"]) for r in doc["rows"]] == [
-        ("low-confidence", "none"), ("low-confidence", "dual"), ("threshold", "none"), ("threshold", "dual")]
+        ("low-confidence", "none"),
+        ("low-confidence", "dual"),
+        ("threshold", "none"),
+        ("threshold", "dual"),
+    ]
 
 
 def test_speed_says_which_item_of_how_many_it_is_timing_one_line_each_without_a_terminal(tiny_dlm):
@@ -316,8 +382,26 @@ def test_speed_says_which_item_of_how_many_it_is_timing_one_line_each_without_a_
 
     from dlmcode.cli.commands import app
 
-    out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "8,12", "--gen", "4",
-                                   "--block", "2", "-d", "threshold", "--cache", "dual"])  # fmt: skip
+    out = CliRunner().invoke(
+        app,
+        [
+            "speed",
+            "-m",
+            str(tiny_dlm.name),
+            "--device",
+            "cpu",
+            "--lengths",
+            "8,12",
+            "--gen",
+            "4",
+            "--block",
+            "2",
+            "-d",
+            "threshold",
+            "--cache",
+            "dual",
+        ],
+    )
     assert out.exit_code == 0, out.output
     said = [line for line in out.stderr.splitlines() if line.startswith("speed ") and line[6].isdigit()]
     assert said[0] == "speed 1/8: 8-token prompt · low-confidence · cache none"
@@ -332,12 +416,31 @@ def test_speed_quick_is_a_small_grid_and_flags_given_still_win(tiny_dlm):
     from dlmcode.bench import speed
     from dlmcode.cli.commands import app
 
-    out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--quick", "--lengths", "8",
-                                   "--gen", "4", "--block", "2", "--json"])  # fmt: skip
+    out = CliRunner().invoke(
+        app,
+        [
+            "speed",
+            "-m",
+            str(tiny_dlm.name),
+            "--device",
+            "cpu",
+            "--quick",
+            "--lengths",
+            "8",
+            "--gen",
+            "4",
+            "--block",
+            "2",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     assert [(r["prompt"], r["decoder"], r["cache"]) for r in doc["rows"]] == [
-        (8, name, cache) for name in ("low-confidence", "threshold", "factor", "mean-field") for cache in ("none", "prefix")]
+        (8, name, cache)
+        for name in ("low-confidence", "threshold", "factor", "mean-field")
+        for cache in ("none", "prefix")
+    ]
     assert doc["settings"]["gen"] == 4 and speed.grid(None, None, 32, None, [], 1, True).gen == 32
 
 
@@ -353,8 +456,25 @@ def test_speed_sets_threads_as_every_command_does(tiny_dlm, monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.setenv("DLMCODE_THREADS", str(before + 1))
     try:
-        out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "8", "--gen", "4",
-                                       "-d", "low-confidence", "--cache", "none", "--json"])  # fmt: skip
+        out = CliRunner().invoke(
+            app,
+            [
+                "speed",
+                "-m",
+                str(tiny_dlm.name),
+                "--device",
+                "cpu",
+                "--lengths",
+                "8",
+                "--gen",
+                "4",
+                "-d",
+                "low-confidence",
+                "--cache",
+                "none",
+                "--json",
+            ],
+        )
         assert json.loads(out.stdout)["threads"] == before + 1
     finally:
         torch.set_num_threads(before)
@@ -384,7 +504,9 @@ def test_a_cache_without_block_decoding_still_caches_the_context_around_the_hole
     final = decode(pr, canvas(prompt=10, holes=6, suffix=5))
     assert pr.full_calls == 1 and pr.cached_calls == final.calls - 1 > 0
     last_run = pr.run.runs[-1]
-    assert last_run == ((10, 11) if mode == "prefix" else (10, 6))  # (start, positions run): the holes onward, or the holes
+    assert last_run == (
+        (10, 11) if mode == "prefix" else (10, 6)
+    )  # (start, positions run): the holes onward, or the holes
 
 
 def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
@@ -395,8 +517,28 @@ def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
     from dlmcode.cli.commands import app
 
     def rows(*extra):
-        out = CliRunner().invoke(app, ["speed", "-m", str(tiny_dlm.name), "--device", "cpu", "--lengths", "16", "--gen", "6",
-                                       "--cache", "none", "-d", "threshold", "-d", "syntax-guard", "--json", *extra])  # fmt: skip
+        out = CliRunner().invoke(
+            app,
+            [
+                "speed",
+                "-m",
+                str(tiny_dlm.name),
+                "--device",
+                "cpu",
+                "--lengths",
+                "16",
+                "--gen",
+                "6",
+                "--cache",
+                "none",
+                "-d",
+                "threshold",
+                "-d",
+                "syntax-guard",
+                "--json",
+                *extra,
+            ],
+        )
         assert out.exit_code == 0, out.output
         assert "guard ms" in out.stderr
         return {r["decoder"]: r for r in json.loads(out.stdout)["rows"]}

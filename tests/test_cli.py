@@ -8,9 +8,9 @@ import re
 import stat
 
 import pytest
+
 from cli_run import SOURCE, one_line_error, run
 
-os.environ["HF_HUB_OFFLINE"] = "1"
 
 def test_infill_prints_whole_file_with_only_the_span_changed(model, source):
     result = run("infill", source, "--span", "7:8", "-m", model)
@@ -34,7 +34,23 @@ def test_infill_json_fields(model, source):
     result = run("infill", source, "--span", "2", "-m", model, "--json", "-d", "threshold", "-o", "tau=0.5")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"text", "decoder", "model", "ids", "canvas", "calls", "filled", "tpf", "seconds", "breakage", "reopened", "guard", "notes", "processors", "sized"}
+    assert set(data) == {
+        "text",
+        "decoder",
+        "model",
+        "ids",
+        "canvas",
+        "calls",
+        "filled",
+        "tpf",
+        "seconds",
+        "breakage",
+        "reopened",
+        "guard",
+        "notes",
+        "processors",
+        "sized",
+    }
     assert data["decoder"]["name"] == "threshold" and data["decoder"]["settings"]["tau"] == 0.5
     assert data["processors"] == ["ban pad"]  # the span's own length: pads are never proposed
     assert len(data["ids"]) == data["filled"] > 0
@@ -56,7 +72,9 @@ def test_same_seed_same_output_different_seed_may_differ(model, source):
 def test_diff_shows_only_the_span(model, source):
     whole = run("infill", source, "--span", "2", "-m", model, "-q").stdout
     new_line = whole.splitlines(keepends=True)[1]
-    assert new_line != "    return a + b\n" and whole.splitlines(keepends=True)[2:] == SOURCE.splitlines(keepends=True)[2:]
+    assert (
+        new_line != "    return a + b\n" and whole.splitlines(keepends=True)[2:] == SOURCE.splitlines(keepends=True)[2:]
+    )
     result = run("infill", source, "--span", "2", "-m", model, "--diff", "-q")
     assert result.exit_code == 0
     assert result.stdout == (
@@ -190,7 +208,9 @@ def test_bad_files(tmp_path, model):
     assert "not a text file" in one_line_error(run("infill", binary, "--span", "1", "-m", model))
     assert "UTF-8" in one_line_error(run("infill", latin, "--span", "1", "-m", model))
     assert "empty" in one_line_error(run("infill", empty, "--span", "1", "-m", model))
-    assert "empty" in one_line_error(run("generate", empty, "-m", model))  # nothing to continue; `check` passes it (test_check_passes_empty_files)
+    assert "empty" in one_line_error(
+        run("generate", empty, "-m", model)
+    )  # nothing to continue; `check` passes it (test_check_passes_empty_files)
 
 
 def test_bad_models_and_devices(source, tmp_path, model):
@@ -241,7 +261,10 @@ def test_check_takes_several_files_each_in_its_own_language(tmp_path):
     assert result.exit_code == 1
     assert result.stdout and all(line.startswith(f"{bad}:") for line in result.stdout.splitlines())
     data = json.loads(run("check", py, bad, "--json").stdout)
-    assert [(d["file"], d["lang"], d["ok"]) for d in data] == [(str(py), "python", True), (str(bad), "javascript", False)]
+    assert [(d["file"], d["lang"], d["ok"]) for d in data] == [
+        (str(py), "python", True),
+        (str(bad), "javascript", False),
+    ]
     (tmp_path / "b.txt").write_text("hello\n")
     assert "b.txt" in one_line_error(run("check", bad, tmp_path / "b.txt"), 2)  # an unknown language, before any report
 
@@ -270,7 +293,9 @@ def test_usage_errors_of_the_real_command_are_one_line(source):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "dlmcode", "infill", str(source), "--seed", "abc"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlmcode", "infill", str(source), "--seed", "abc"], capture_output=True, text=True
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("dlmcode: error: Invalid value for '--seed'")
     assert "dlmcode infill --help" in done.stderr
@@ -301,7 +326,9 @@ def test_config_json_with_a_wrong_type_is_one_line(model_copy, source):
     line = one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
     assert line == f"dlmcode: error: model folder {str(model_copy)!r}: config.json: dim is 'big', expected an integer"
     edit_config(model_copy, dim=32, n_layers=True)
-    assert "n_layers is True, expected an integer" in one_line_error(run("infill", source, "--span", "2", "-m", model_copy), 1)
+    assert "n_layers is True, expected an integer" in one_line_error(
+        run("infill", source, "--span", "2", "-m", model_copy), 1
+    )
 
 
 def test_truncated_weights_are_one_line(model_copy, source):
@@ -328,7 +355,10 @@ def test_bench_out_naming_a_file_is_refused_before_any_model_loads(tmp_path):
     taken = tmp_path / "results.txt"
     taken.write_text("mine\n")
     result = run("bench", "-s", "heldout-single", "--out", taken, "-m", tmp_path / "no-model")
-    assert one_line_error(result, 2) == f"dlmcode: error: --out {taken} is an existing file; give a folder (a new one, or one to resume)"
+    assert (
+        one_line_error(result, 2)
+        == f"dlmcode: error: --out {taken} is an existing file; give a folder (a new one, or one to resume)"
+    )
     assert taken.read_text() == "mine\n"
 
 
@@ -426,9 +456,13 @@ def test_training_settings_use_the_one_typed_parser():
     cfg = parse_overrides(["bf16=false", "lr=1e-3", "max_steps=7", "out=runs/x"])
     assert (cfg.bf16, cfg.lr, cfg.max_steps, cfg.out) == (False, 1e-3, 7, "runs/x")
     assert parse_overrides(["bf16=yes"]).bf16 is True
-    for bad, says in [("bf16=ture", "bad value 'ture' for training setting bf16"), ("lr=inf", "bad value 'inf' for training setting lr"),
-                      ("seq=1.5", "bad value '1.5' for training setting seq"), ("nope=1", "unknown training setting 'nope'"),
-                      ("seq", "bad -o 'seq': write -o key=value")]:
+    for bad, says in [
+        ("bf16=ture", "bad value 'ture' for training setting bf16"),
+        ("lr=inf", "bad value 'inf' for training setting lr"),
+        ("seq=1.5", "bad value '1.5' for training setting seq"),
+        ("nope=1", "unknown training setting 'nope'"),
+        ("seq", "bad -o 'seq': write -o key=value"),
+    ]:
         with pytest.raises(UsageError, match=re.escape(says)):
             parse_overrides([bad])
 
@@ -437,7 +471,9 @@ def test_python_m_dlmcode_train_is_a_typer_command_with_one_line_errors():
     done = module_command("dlmcode.training.train", "bf16=ture")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "dlmcode: error: bad value 'ture' for training setting bf16 (expects bool)\n"
-    assert module_command("dlmcode.training.train", "--bogus").stderr.startswith("dlmcode: error: No such option: --bogus")
+    assert module_command("dlmcode.training.train", "--bogus").stderr.startswith(
+        "dlmcode: error: No such option: --bogus"
+    )
     assert "key=value" in module_command("dlmcode.training.train", "--help").stdout
 
 
@@ -448,7 +484,10 @@ def test_python_m_dlmcode_heldout_is_a_typer_command_over_the_same_parser():
     cfg = parse_settings(["line=5", "one_line=no", "decoders=threshold"])
     assert (cfg.suite(), cfg.one_line, cfg.decoders) == ({"line": 5}, False, "threshold")
     done = module_command("dlmcode.training.evaluate", "line=abc")
-    assert done.returncode == 2 and done.stderr == "dlmcode: error: bad value 'abc' for evaluation setting line (expects int)\n"
+    assert (
+        done.returncode == 2
+        and done.stderr == "dlmcode: error: bad value 'abc' for evaluation setting line (expects int)\n"
+    )
     assert "key=value" in module_command("dlmcode.training.evaluate", "--help").stdout
 
 
@@ -468,15 +507,36 @@ def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
         port = sock.getsockname()[1]
     env = os.environ | {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "DLMCODE_THREADS": "1"}
     models = [model, str(tmp_path / "missing-model")]
-    ranks = [subprocess.Popen([sys.executable, "-m", "dlmcode", "bench", "-s", str(code), "-m", models[r], "--out", str(tmp_path / "out"), "-q"],
-                              env=env | {"RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(2)]  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dlmcode",
+                "bench",
+                "-s",
+                str(code),
+                "-m",
+                models[r],
+                "--out",
+                str(tmp_path / "out"),
+                "-q",
+            ],
+            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     (_, lead_err), (_, other_err) = (rank.communicate(timeout=120) for rank in ranks)
     assert [rank.returncode for rank in ranks] == [1, 1]
     assert other_err.strip().splitlines() == [f"dlmcode: error: no such model folder: {models[1]}"]
     (line,) = lead_err.strip().splitlines()
-    assert line == (f"dlmcode: error: stopping rank 0: rank 1 failed: no such model folder: {models[1]};"
-                    " run the same command again to resume")
+    assert line == (
+        f"dlmcode: error: stopping rank 0: rank 1 failed: no such model folder: {models[1]};"
+        " run the same command again to resume"
+    )
     done = (tmp_path / "out" / "samples.rank0.jsonl").read_text().splitlines()
     assert 1 <= len(done) < 10  # it stopped at its next sample, far short of its share
 
@@ -489,7 +549,9 @@ def test_thread_default_leaves_busy_cores_alone_and_takes_the_knob():
     assert cpu.free_cores(8, 0.2, 8) == 7 and cpu.free_cores(8, 2.5, 8) == 5 and cpu.free_cores(64, 0.0, 16) == 16
     assert cpu.threads_wanted({}, cores=8, load=2.5, torch_default=8) == 5
     assert cpu.threads_wanted({"DLMCODE_THREADS": "3"}, cores=8, load=7.0, torch_default=8) == 3
-    assert cpu.threads_wanted({"OMP_NUM_THREADS": "4"}, cores=8, load=0.0, torch_default=4) is None  # torch read it itself
+    assert (
+        cpu.threads_wanted({"OMP_NUM_THREADS": "4"}, cores=8, load=0.0, torch_default=4) is None
+    )  # torch read it itself
     with pytest.raises(UsageError, match="DLMCODE_THREADS='0': give a number of threads, 1 or more"):
         cpu.threads_wanted({"DLMCODE_THREADS": "0"})
 
@@ -498,12 +560,19 @@ def test_the_command_line_sets_threads_and_the_library_does_not(model, source):
     import subprocess
     import sys
 
-    code = ("import sys, torch; torch.set_num_threads(2); from dlmcode import models; models.load(sys.argv[1], device='cpu');"
-            " assert torch.get_num_threads() == 2; from dlmcode.cli.commands import main; sys.argv = ['dlmcode', *sys.argv[2:]]; main()")
+    code = (
+        "import sys, torch; torch.set_num_threads(2); from dlmcode import models; models.load(sys.argv[1], "
+        "device='cpu');"
+        " assert torch.get_num_threads() == 2; from dlmcode.cli.commands import main; sys.argv = ['dlmcode', "
+        "*sys.argv[2:]]; main()"
+    )
     args = [sys.executable, "-c", code, model, "infill", str(source), "--span", "2", "-m", model, "-q"]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     bad = subprocess.run(args, capture_output=True, text=True, env=env | {"DLMCODE_THREADS": "many"})
-    assert bad.returncode == 2 and bad.stderr == "dlmcode: error: DLMCODE_THREADS='many': give a number of threads, 1 or more\n"
+    assert (
+        bad.returncode == 2
+        and bad.stderr == "dlmcode: error: DLMCODE_THREADS='many': give a number of threads, 1 or more\n"
+    )
     assert subprocess.run(args, capture_output=True, text=True, env=env | {"DLMCODE_THREADS": "1"}).returncode == 0
 
 
@@ -542,5 +611,6 @@ def test_the_shapes_config_json_implies_are_the_model_s_own():
     cfg = BuiltinConfig(vocab_size=40, dim=16, n_layers=2, n_heads=2, ffn_mult=3)
     model = DlmcodeDiffusionLM(cfg, init_weights=False)
     assert {name: expected_shape(cfg, name) for name in model.state_dict()} == {
-        name: tuple(t.shape) for name, t in model.state_dict().items()}
+        name: tuple(t.shape) for name, t in model.state_dict().items()
+    }
     assert expected_shape(cfg, "blocks.2.up.weight") is None and expected_shape(cfg, "blocks.01.up.weight") is None

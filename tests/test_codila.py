@@ -87,14 +87,21 @@ def test_verify_holds_back_holes_where_the_assistant_disagrees():
     # four holes, dLLM top-1 0.95 each: tokens 2, 5, 2, 5; the assistant always says 2
     vocab, mask_id = 8, 8
     rows = torch.full((5, vocab), 0.0)
-    for hole, token in zip(range(1, 5), [2, 5, 2, 5]):
+    for hole, token in zip(range(1, 5), [2, 5, 2, 5], strict=True):
         rows[hole, token] = math.log(0.95 * (vocab - 1) / 0.05)
     canvas = Canvas(torch.tensor([0, mask_id, mask_id, mask_id, mask_id]), mask_id)
-    decoder = dataclasses.replace(Codila(mode="verify", block=4, threshold=0.9, penalty=0.5), assistant=SaysAlways(vocab, 2))
+    decoder = dataclasses.replace(
+        Codila(mode="verify", block=4, threshold=0.9, penalty=0.5), assistant=SaysAlways(vocab, 2)
+    )
     first = next(decoder(canvas, lambda tokens: rows.clone(), torch.Generator().manual_seed(0)))
     assert first.filled.tolist() == [1, 3]  # the agreeing holes pass 0.9; 0.95 * 0.5 does not
     plain = dataclasses.replace(decoder, penalty=0.0)
-    assert next(plain(canvas, lambda tokens: rows.clone(), torch.Generator().manual_seed(0))).filled.tolist() == [1, 2, 3, 4]
+    assert next(plain(canvas, lambda tokens: rows.clone(), torch.Generator().manual_seed(0))).filled.tolist() == [
+        1,
+        2,
+        3,
+        4,
+    ]
 
 
 # --- calls per mode -----------------------------------------------------------------------------
@@ -227,5 +234,7 @@ def test_sampled_codila_stays_coherent_where_sampled_threshold_does_not(joint_as
 
 def test_dynamic_commits_whole_phrases_when_tau_allows(joint_assistant):
     canvas = phrase_canvas()
-    steps = run(dataclasses.replace(Codila(block=2, mode="dynamic", tau=0.75), assistant=joint_assistant), canvas, oracle)
+    steps = run(
+        dataclasses.replace(Codila(block=2, mode="dynamic", tau=0.75), assistant=joint_assistant), canvas, oracle
+    )
     assert steps[-1].calls == PHRASES and mixed(steps[-1].canvas.tokens) == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -13,11 +12,23 @@ from dlmcode.bench import runner
 from dlmcode.cli.commands import app
 from dlmcode.core.errors import UsageError
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
 SOURCE = "def add(a, b):\n    return a + b\n\n\nx = [1, 2, 3]\n"
-ROW_FIELDS = {"decoder", "settings", "n", "errors", "breakage_rate", "syntax_valid", "exact_match", "trivial", "tpf", "calls",
-              "reopened", "tokens_per_s", "seconds", "runs"}  # fmt: skip
+ROW_FIELDS = {
+    "decoder",
+    "settings",
+    "n",
+    "errors",
+    "breakage_rate",
+    "syntax_valid",
+    "exact_match",
+    "trivial",
+    "tpf",
+    "calls",
+    "reopened",
+    "tokens_per_s",
+    "seconds",
+    "runs",
+}
 
 
 @pytest.fixture
@@ -40,19 +51,26 @@ def test_compare_json_fields_and_sampling_note(model, source):
     for row in found["decoders"]:
         assert ROW_FIELDS <= set(row) and row["n"] == 2 and row["settings"]["temperature"] == 1.0
         assert [r["seed"] for r in row["runs"]] == [0, 1]
-        assert all(r["breakage"] is not None and r["exact"] in (True, False) and r["trivial"] in (True, False) for r in row["runs"])
+        assert all(
+            r["breakage"] is not None and r["exact"] in (True, False) and r["trivial"] in (True, False)
+            for r in row["runs"]
+        )
         assert row["trivial"] == sum(r["trivial"] for r in row["runs"]) / 2 and row["reopened"] == 0
         assert row["exact_match"] == sum(r["exact"] for r in row["runs"]) / 2
     assert "temperature 1.0" in result.stderr and "threshold" in result.stderr and "breakage" in result.stderr
 
 
 def test_a_remasking_decoder_reports_what_it_reopened(model, source):
-    result = run(source, "--span", "2", "-m", model, "-d", "wino", "-o", "tau_wide=0.0", "-o", "tau_narrow=1.0", "--json")
+    result = run(
+        source, "--span", "2", "-m", model, "-d", "wino", "-o", "tau_wide=0.0", "-o", "tau_narrow=1.0", "--json"
+    )
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout)["decoders"][0]
     taken = [r["reopened"] for r in row["runs"]]
     assert row["reopened"] == sum(taken) and taken[0] > 0  # tau_narrow=1: every committed token falls below it
-    assert row["tpf"] == round(row["runs"][0]["filled"] / row["runs"][0]["calls"], 4)  # TPF: holes over calls, reopening or not
+    assert row["tpf"] == round(
+        row["runs"][0]["filled"] / row["runs"][0]["calls"], 4
+    )  # TPF: holes over calls, reopening or not
 
 
 def test_one_sample_keeps_the_decoders_temperature_and_is_reproducible(model, source):
@@ -69,12 +87,15 @@ def test_markers_have_no_exact_match(model, tmp_path):
     assert found["span"] is None and found["decoders"][0]["exact_match"] is None
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--span", "2", "-n", "2", "--temperature", "0"], "identical samples"),
-    (["--span", "2", "-n", "0"], "--samples 0"),
-    (["--span", "2", "-d", "nope"], "unknown decoder"),
-    (["--span", "2", "-d", "low-confidence", "-o", "tau=0.5"], "no chosen decoder has the setting 'tau'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--span", "2", "-n", "2", "--temperature", "0"], "identical samples"),
+        (["--span", "2", "-n", "0"], "--samples 0"),
+        (["--span", "2", "-d", "nope"], "unknown decoder"),
+        (["--span", "2", "-d", "low-confidence", "-o", "tau=0.5"], "no chosen decoder has the setting 'tau'"),
+    ],
+)
 def test_bad_compare_options_are_one_line(model, source, args, says):
     result = run(source, "-m", model, *args)
     assert result.exit_code == 2 and result.stdout == ""
@@ -96,8 +117,23 @@ def test_the_live_table_keeps_its_columns_from_the_first_frame(model, source, mo
     # once wino took a token back) made every later frame wider than the first.
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # Rich: draw live, as on a terminal
     monkeypatch.setenv("COLUMNS", "120")
-    result = run(source, "--span", "2", "-m", model, "-d", "threshold", "-d", "wino", "-o", "tau_wide=0.0",
-                 "-o", "tau_narrow=1.0", "-n", "3")  # fmt: skip
+    result = run(
+        source,
+        "--span",
+        "2",
+        "-m",
+        model,
+        "-d",
+        "threshold",
+        "-d",
+        "wino",
+        "-o",
+        "tau_wide=0.0",
+        "-o",
+        "tau_narrow=1.0",
+        "-n",
+        "3",
+    )
     assert result.exit_code == 0, result.output
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", result.stderr)  # drop cursor moves and colours
     headers = [line for line in plain.splitlines() if "setting" in line and "breakage" in line]

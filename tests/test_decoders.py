@@ -134,7 +134,9 @@ def test_contract(name, options, kind, make_tiny_model, make_canvas):
         expected[back] = canvas.mask_id  # reopening comes before the step's commits
         assert bool((expected[step.filled] == canvas.mask_id).all()), "committed a position that was not a hole"
         expected[step.filled] = step.canvas.tokens[step.filled]
-        assert torch.equal(step.canvas.tokens, expected), "the step's canvas changed other positions than `reopened` and `filled`"
+        assert torch.equal(step.canvas.tokens, expected), (
+            "the step's canvas changed other positions than `reopened` and `filled`"
+        )
         assert step.canvas.mask_id == canvas.mask_id and step.canvas.late_ids == canvas.late_ids
         committed = (committed - set(back)) | set(pos)
         reopened += len(back)
@@ -178,7 +180,7 @@ def test_same_seed_same_output(name, temperature, tiny_model, make_canvas):
     a, b = run(decoder, canvas, tiny_model, seed=3), run(decoder, canvas, tiny_model, seed=3)
     assert torch.equal(final(canvas, a), final(canvas, b))
     assert trace(a) == trace(b)
-    assert all(torch.equal(x.scores, y.scores) for x, y in zip(a, b))
+    assert all(torch.equal(x.scores, y.scores) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("name", DECODERS)
@@ -709,11 +711,32 @@ def test_wino_wide_in_then_narrow_out():
     from dlmcode.decoders.wino import Wino
 
     script = [
-        {1: peak(tok(1), 0.95), 2: peak(tok(2), 0.8), 3: peak(tok(3), 0.75), 4: peak(tok(4), 0.5), 5: peak(tok(5), 0.3), 6: peak(tok(6), 0.2)},
+        {
+            1: peak(tok(1), 0.95),
+            2: peak(tok(2), 0.8),
+            3: peak(tok(3), 0.75),
+            4: peak(tok(4), 0.5),
+            5: peak(tok(5), 0.3),
+            6: peak(tok(6), 0.2),
+        },
         # 2 commits (> 1) -> narrow out: committed 2 (.5) and 3 (.85) fell below .9; 2 < last_accept 3: both go
-        {1: peak(tok(1), 0.95), 2: peak(tok(2), 0.5), 3: peak(tok(3), 0.85), 4: peak(tok(4), 0.8), 5: peak(tok(5), 0.75), 6: peak(tok(6), 0.2)},
+        {
+            1: peak(tok(1), 0.95),
+            2: peak(tok(2), 0.5),
+            3: peak(tok(3), 0.85),
+            4: peak(tok(4), 0.8),
+            5: peak(tok(5), 0.75),
+            6: peak(tok(6), 0.2),
+        },
         # one commit: no narrow out, however low the committed ones are
-        {1: peak(tok(1), 0.1), 2: peak(tok(2), 0.9), 3: peak(tok(3), 0.3), 4: peak(tok(4), 0.1), 5: peak(tok(5), 0.1), 6: peak(tok(6), 0.3)},
+        {
+            1: peak(tok(1), 0.1),
+            2: peak(tok(2), 0.9),
+            3: peak(tok(3), 0.3),
+            4: peak(tok(4), 0.1),
+            5: peak(tok(5), 0.1),
+            6: peak(tok(6), 0.3),
+        },
         {3: peak(tok(3), 0.4), 6: peak(tok(6), 0.35)},  # nothing above .7: the most confident alone
         {6: peak(tok(6), 0.5)},
     ]
@@ -730,7 +753,11 @@ def test_wino_narrow_out_keeps_below_the_last_accept():
 
     kept = torch.tensor([0.1, 0.5, 0.95, 0.3, 0.0], dtype=torch.float64)
     committed = torch.tensor([True, True, True, True, False])
-    assert narrow_out(kept, committed, 0.9, last_accept=4).tolist() == [0, 3, 1]  # 3 fell, fewer than 4: all, lowest first
+    assert narrow_out(kept, committed, 0.9, last_accept=4).tolist() == [
+        0,
+        3,
+        1,
+    ]  # 3 fell, fewer than 4: all, lowest first
     assert narrow_out(kept, committed, 0.9, last_accept=3).tolist() == [0, 3]  # 3 fell, as many as 3: only 3 - 1
     assert narrow_out(kept, committed, 0.9, last_accept=1).tolist() == []
 
@@ -741,8 +768,18 @@ def test_wino_wide_in_caps_commits():
     canvas = holes_canvas(10)
     script = [{p: peak(tok(p), 0.9 + p / 200) for p in range(1, 11)}] * 3
     steps = list(Wino()(canvas, scripted(script, 12), torch.Generator()))
-    assert sorted(steps[0].filled.tolist()) == [4, 5, 6, 7, 8, 9, 10]  # cap min(max(int(10 x .7), 5), 20) = 7, the most confident
-    assert len(steps[1].filled) == 3 and steps[1].reopened.tolist() == []  # cap max(int(3 x .7), 5) = 5 > 3 left; all kept >= .9
+    assert sorted(steps[0].filled.tolist()) == [
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+    ]  # cap min(max(int(10 x .7), 5), 20) = 7, the most confident
+    assert (
+        len(steps[1].filled) == 3 and steps[1].reopened.tolist() == []
+    )  # cap max(int(3 x .7), 5) = 5 > 3 left; all kept >= .9
 
 
 def test_saber_accelerates_and_backtracks():
@@ -835,7 +872,9 @@ def test_the_reopen_budget_stops_an_adversary(name, max_reopen, make_canvas):
     canvas = make_canvas([2, 12, 1, 5, 2], MASK, 40)
     options = {"max_reopen": max_reopen} if "max_reopen" in fields_of(name) else {}
     decoder = build(name, options)
-    steps = run(decoder, canvas, flipping(len(canvas.tokens), 40, MASK))  # fails past max_calls (40: codila's tiny assistant)
+    steps = run(
+        decoder, canvas, flipping(len(canvas.tokens), 40, MASK)
+    )  # fails past max_calls (40: codila's tiny assistant)
     reopened = sum(len(s.reopened) for s in steps)
     assert not bool(final(canvas, steps).eq(MASK).any())
     assert reopened <= reopens_of(decoder, canvas.n_holes)

@@ -85,7 +85,7 @@ def test_clusters_are_disjoint_contiguous_and_cover_only_holes():
         assert set(picked.tolist()) <= set(rows), "a seed is outside every cluster"
         for r in set(rows) - set(picked.tolist()):
             assert conf[r] >= expand, "a non-seed member is below the expansion threshold"
-        for a, b in zip(groups, groups[1:]):
+        for a, b in zip(groups, groups[1:], strict=False):
             assert b[0] > a[-1] + 1, "touching clusters were not merged"
 
 
@@ -207,6 +207,13 @@ def test_finalize_decides_the_last_few_holes():
 
 def test_settings_are_validated():
     assert build("dico", {"scope": "union", "seeds": "2", "sigma": "1.5"}) == DiCo(scope="union", seeds=2, sigma=1.5)
-    for bad in ({"scope": "block"}, {"seeds": "0"}, {"sigma": "0"}, {"blend": "2"}, {"final_tau": "-1"}, {"factor": "0"}):
+    for bad in (
+        {"scope": "block"},
+        {"seeds": "0"},
+        {"sigma": "0"},
+        {"blend": "2"},
+        {"final_tau": "-1"},
+        {"factor": "0"},
+    ):
         with pytest.raises(UsageError):
             build("dico", bad)

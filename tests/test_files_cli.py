@@ -10,11 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from cli_run import SOURCE, run
 
 from dlmcode.core import files
 
-os.environ["HF_HUB_OFFLINE"] = "1"
+from cli_run import SOURCE, run
 
 ROOT = os.geteuid() == 0
 
@@ -92,7 +91,8 @@ def read_only_folder(tmp_path):
 
 
 def test_a_read_only_folder_is_refused_before_anything_loads(read_only_folder, tmp_path):
-    """The model named does not exist: the folder error coming first shows the check runs before loading and decoding."""
+    """The model named does not exist: the folder error coming first shows the check
+    runs before loading and decoding."""
     path = read_only_folder / "point.py"
     result = run("infill", path, "--span", "2", "-m", tmp_path / "no-model", "--in-place")
     line = one_line(result, 1)

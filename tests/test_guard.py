@@ -25,10 +25,40 @@ from dlmcode.text import guard, spans, syntax
 pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
 
 DATA = Path(__file__).parent / "data" / "guard"
-FILES = {"python": "sample.py", "c": "sample.c", "cpp": "sample.cpp", "java": "Sample.java",
-         "javascript": "sample.js", "typescript": "sample.ts", "go": "sample.go", "rust": "sample.rs"}  # fmt: skip
+FILES = {
+    "python": "sample.py",
+    "c": "sample.c",
+    "cpp": "sample.cpp",
+    "java": "Sample.java",
+    "javascript": "sample.js",
+    "typescript": "sample.ts",
+    "go": "sample.go",
+    "rust": "sample.rs",
+}
 SPANS = 200  # random spans per language
-NASTY = [")", "]", "}", "(", "[", "{", '"', "'", "\n", ":", "#", "/*", "*/", "`", "\\", "    ", "\t", "else", "return", ";", ","]
+NASTY = [
+    ")",
+    "]",
+    "}",
+    "(",
+    "[",
+    "{",
+    '"',
+    "'",
+    "\n",
+    ":",
+    "#",
+    "/*",
+    "*/",
+    "`",
+    "\\",
+    "    ",
+    "\t",
+    "else",
+    "return",
+    ";",
+    ",",
+]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +100,9 @@ def test_every_decoder_guarded_ends_balanced_within_its_calls(name, make_tiny_mo
     canvas = make_canvas([3, 9, 2, 5, 1], model.mask_id, model.vocab)
     witness = canvas.tokens.masked_fill(canvas.holes, NEUTRAL)
     decoder = dataclasses.replace(build(name), guard=True, completer=guard.Guard(balanced, witness, canvas.mask_id))
-    unguarded = last(dataclasses.replace(decoder, guard=False)(canvas, bracket_loving(model), torch.Generator().manual_seed(0)))
+    unguarded = last(
+        dataclasses.replace(decoder, guard=False)(canvas, bracket_loving(model), torch.Generator().manual_seed(0))
+    )
     if name != "codila":  # codila's tokens are its assistant's, which knows nothing of the brackets
         assert balanced(unguarded.canvas.tokens) > 0, "the stand-in model must break the toy language unguarded"
 
@@ -88,7 +120,9 @@ def test_guard_off_changes_nothing(make_tiny_model, make_canvas):
     model = make_tiny_model()
     canvas = make_canvas([3, 9, 2], model.mask_id, model.vocab)
     plain = build("low-confidence")
-    off = dataclasses.replace(plain, completer=guard.Guard(balanced, canvas.tokens.masked_fill(canvas.holes, NEUTRAL), canvas.mask_id))
+    off = dataclasses.replace(
+        plain, completer=guard.Guard(balanced, canvas.tokens.masked_fill(canvas.holes, NEUTRAL), canvas.mask_id)
+    )
     a = last(plain(canvas, model, torch.Generator().manual_seed(0)))
     b = last(off(canvas, model, torch.Generator().manual_seed(0)))
     assert torch.equal(a.canvas.tokens, b.canvas.tokens) and a.calls == b.calls
@@ -103,7 +137,9 @@ def test_a_rejected_proposal_falls_to_the_next_token_that_passes():
     session = g.begin(canvas)
     logits = torch.full((3, 10), -5.0)
     logits[:, OPEN], logits[:, CLOSE], logits[:, NEUTRAL] = 3.0, 2.0, 1.0
-    pos, ids, _ = session.admit(canvas, logits, torch.tensor([1, 2]), torch.tensor([OPEN, OPEN]), torch.tensor([0.6, 0.5]))
+    pos, ids, _ = session.admit(
+        canvas, logits, torch.tensor([1, 2]), torch.tensor([OPEN, OPEN]), torch.tensor([0.6, 0.5])
+    )
     # position 1 keeps OPEN (then CLOSE CLOSE would be needed: 1 hole left -> no), so it falls to CLOSE at 1 ...
     done = canvas.clone()
     done[pos] = ids
@@ -146,7 +182,9 @@ def partial(shipped, job: fill.Job, pieces: dict[int, str]) -> torch.Tensor:
 def completable(job: fill.Job, tokens: torch.Tensor) -> bool:
     session = job.decoder.completer.begin(job.plan.canvas.tokens)
     changed = (tokens != job.plan.canvas.tokens).nonzero().squeeze(-1)
-    draft = torch.where(tokens == job.plan.canvas.mask_id, session.witness, tokens)  # no model here: the draft adds nothing
+    draft = torch.where(
+        tokens == job.plan.canvas.mask_id, session.witness, tokens
+    )  # no model here: the draft adds nothing
     found = session.complete(tokens, draft, changed)
     if found is not None:
         assert job.judge(found) == 0
@@ -207,7 +245,9 @@ def test_code_that_cannot_parse_whatever_the_holes_hold_is_said_and_decoded_ungu
     assert job.decoder.completer.witness is None, "no filler fits: the first draft is the last chance"
     result = job.run()
     assert result.guard is None
-    assert result.notes == ("guard: no filling of the holes parses (does the code around them parse?); decoding unguarded",)
+    assert result.notes == (
+        "guard: no filling of the holes parses (does the code around them parse?); decoding unguarded",
+    )
 
 
 def test_a_first_witness_can_come_from_the_model_s_first_draft(shipped):
@@ -261,8 +301,13 @@ def stand_in(dlm, seed: int, worst: bool):
 
 VOCAB: dict[str, int] = {}
 DECODES = [("low-confidence", {"tokens_per_step": n}) for n in (1, 2, 4, 8)] + [
-    ("threshold", {}), ("factor", {}), ("dus", {}), ("dico", {}), ("syntax-guard", {}), ("wino", {}),
-]  # fmt: skip
+    ("threshold", {}),
+    ("factor", {}),
+    ("dus", {}),
+    ("dico", {}),
+    ("syntax-guard", {}),
+    ("wino", {}),
+]
 
 
 def random_job(rnd: random.Random, source: str, lang: str, dlm) -> fill.Job:
@@ -282,7 +327,9 @@ def random_job(rnd: random.Random, source: str, lang: str, dlm) -> fill.Job:
     marked = source[:at] + f"⟦fill:{rnd.randint(1, 12)}⟧" + source[at + cut :]
     plan = spans.plan_infill(marked, dlm.vocab, None, None)
     decoder = fill.make_decoder(name, run.options, None)
-    return fill.Job(plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), processors=fill.exact_length(dlm))
+    return fill.Job(
+        plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), processors=fill.exact_length(dlm)
+    )
 
 
 @pytest.mark.slow
@@ -295,7 +342,9 @@ def test_guarded_fills_of_random_spans_always_parse(lang, shipped):
     for i in range(SPANS):
         dlm = stand_in(shipped, i, worst=i % 2 == 1)
         job = random_job(rnd, source, lang, dlm)
-        job.decoder.completer and setattr(job.decoder.completer, "checks_per_call", 6)  # fewer tries: the guarantee does not need them
+        job.decoder.completer and setattr(
+            job.decoder.completer, "checks_per_call", 6
+        )  # fewer tries: the guarantee does not need them
         result = job.run()
         assert result.calls <= job.decoder.max_calls(job.plan.canvas.n_holes)
         if job.notes:  # no filler fits (a hole inside a word of a string, say): said, and decoded unguarded
@@ -340,7 +389,10 @@ def test_the_judge_s_tree_sitter_first_look_agrees_with_the_full_rule(shipped):
     assert job.clean_before
     rnd = random.Random(0)
     start = job.plan.positions[0]
-    pieces = [guard.single_token(shipped.tokenizer, t) for t in ("x", " ", "(", ")", ":", "\n", "    ", "pass", "#", "return", "'")]
+    pieces = [
+        guard.single_token(shipped.tokenizer, t)
+        for t in ("x", " ", "(", ")", ":", "\n", "    ", "pass", "#", "return", "'")
+    ]
     for _ in range(60):
         tokens = job.decoder.completer.witness.clone()
         for p in range(start.start, start.stop):

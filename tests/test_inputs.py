@@ -11,17 +11,18 @@ import subprocess
 import sys
 
 import pytest
-from cli_run import one_line_error, run
 
 from dlmcode import __version__
 from dlmcode.core import files
 
-os.environ["HF_HUB_OFFLINE"] = "1"
+from cli_run import one_line_error, run
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    pass\n"
 # Runs the CLI in a fresh process and says on its last stderr line whether torch was imported.
-PROBE = ("import sys\nfrom dlmcode.cli.commands import main\nsys.argv = ['dlmcode', *sys.argv[1:]]\n"
-         "try:\n    main()\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)\n")  # fmt: skip
+PROBE = (
+    "import sys\nfrom dlmcode.cli.commands import main\nsys.argv = ['dlmcode', *sys.argv[1:]]\n"
+    "try:\n    main()\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)\n"
+)
 
 
 @pytest.fixture
@@ -33,8 +34,15 @@ def source(tmp_path):
 
 def cli(*args, env=None, stdout=subprocess.PIPE, input=None):
     """`dlmcode ARGS` in a fresh process: (returncode, stderr lines but the probe's, torch imported)."""
-    done = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], capture_output=stdout is None, text=True,
-                          env=os.environ | (env or {}), stdout=stdout, stderr=subprocess.PIPE, input=input)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *map(str, args)],
+        capture_output=stdout is None,
+        text=True,
+        env=os.environ | (env or {}),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        input=input,
+    )
     *lines, imported = done.stderr.strip().splitlines()
     return done.returncode, lines, imported == "True"
 
@@ -65,8 +73,12 @@ def test_bad_input_is_refused_before_torch_imports(source, args, says):
 
 def test_a_bad_decoder_setting_is_refused_before_the_model_loads(source, tmp_path):
     missing = tmp_path / "no-model"  # loading it would be the error, were the model loaded first
-    assert "unknown decoder 'nope'" in one_line_error(run("infill", source, "--span", "2", "-d", "nope", "-m", missing), 2)
-    assert "bad value 'x' for tau" in one_line_error(run("infill", source, "--span", "2", "-d", "threshold", "-o", "tau=x", "-m", missing), 2)
+    assert "unknown decoder 'nope'" in one_line_error(
+        run("infill", source, "--span", "2", "-d", "nope", "-m", missing), 2
+    )
+    assert "bad value 'x' for tau" in one_line_error(
+        run("infill", source, "--span", "2", "-d", "threshold", "-o", "tau=x", "-m", missing), 2
+    )
 
 
 # ---------------------------------------------------------------- 2: --version, -h
@@ -128,7 +140,11 @@ def test_train_settings_follow_the_same_rule():
 def test_threads_above_the_cores_are_one_line(source, model):
     cores = os.cpu_count()
     code, lines, imported = cli("infill", source, "--span", "2", "-m", model, env={"DLMCODE_THREADS": "100000"})
-    assert (code, lines, imported) == (2, [f"dlmcode: error: DLMCODE_THREADS=100000: this machine has {cores} CPU cores; give 1 to {cores}"], False)
+    assert (code, lines, imported) == (
+        2,
+        [f"dlmcode: error: DLMCODE_THREADS=100000: this machine has {cores} CPU cores; give 1 to {cores}"],
+        False,
+    )
     code, lines, _ = cli("infill", source, "--span", "2", "-m", model, env={"DLMCODE_THREADS": "２"})
     assert code == 2 and "give a number of threads" in lines[0]
 
@@ -200,9 +216,17 @@ def limited_memory() -> None:
 
 def test_endless_and_oversized_input_is_one_line(model, source, monkeypatch):
     if os.path.exists("/dev/zero") and sys.platform == "linux":
-        done = subprocess.run([sys.executable, "-m", "dlmcode", "infill", "/dev/zero", "--span", "1", "-m", model],
-                              capture_output=True, text=True, timeout=60, preexec_fn=limited_memory)  # fmt: skip
-        assert (done.returncode, done.stderr) == (1, "dlmcode: error: /dev/zero is larger than 8 MiB, the most dlmcode reads\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "dlmcode", "infill", "/dev/zero", "--span", "1", "-m", model],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=limited_memory,
+        )
+        assert (done.returncode, done.stderr) == (
+            1,
+            "dlmcode: error: /dev/zero is larger than 8 MiB, the most dlmcode reads\n",
+        )
     monkeypatch.setattr(files, "MAX_SOURCE", len(SOURCE) - 1)
     assert "stdin is larger than" in one_line_error(run("infill", "-", "--span", "1", "-m", model, input=SOURCE))
     assert "point.py is larger than" in one_line_error(run("check", source))

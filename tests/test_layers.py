@@ -4,7 +4,6 @@ logits through the transformer blocks."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from importlib import resources
@@ -13,11 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-import dlmcode  # noqa: E402
-from dlmcode.models import assistant_lm as MA  # noqa: E402
-from dlmcode.models import builtin  # noqa: E402
+import dlmcode
+from dlmcode.models import assistant_lm as MA
+from dlmcode.models import builtin
 
 PACKAGE = Path(dlmcode.__file__).parent
 WEIGHTS = Path(str(resources.files("dlmcode.weights")))
@@ -29,12 +26,54 @@ ABOVE_MODELS = ("dlmcode.jobs",)  # the jobs, which hand decoders what they need
 # (sha256) to the refactored code's; these were recorded on that same refactored code when the
 # weights were replaced. Compared with a tolerance, not bit for bit: another CPU's kernels round
 # differently, while a wrong layer (a swapped norm, a RoPE off by one) moves every value.
-BUILTIN_LOGITS = [3.84282, -4.2414, -4.49334, -1.34821, -0.57778, -5.75153, -4.14622, -4.60748, -6.3771, -0.21584,
-                  -2.36268, -11.01403, -874012.591, 24.5906]
-ASSISTANT_FULL = [8.03151, -0.40915, -1.66088, -2.83035, -5.21881, -3.60415, 2.93311, -3.59348, 1.34959, -3.14319,
-                  -1.98548, -5.28962, -245318.438, 9.5661]
-ASSISTANT_EXTEND = [-0.35802, -2.49634, -4.93759, -5.58026, -5.25514, -5.47934, -0.98091, -2.72419, -3.46192, -4.10913,
-                    -3.60822, -5.28962, -34488.875, 8.50354]
+BUILTIN_LOGITS = [
+    3.84282,
+    -4.2414,
+    -4.49334,
+    -1.34821,
+    -0.57778,
+    -5.75153,
+    -4.14622,
+    -4.60748,
+    -6.3771,
+    -0.21584,
+    -2.36268,
+    -11.01403,
+    -874012.591,
+    24.5906,
+]
+ASSISTANT_FULL = [
+    8.03151,
+    -0.40915,
+    -1.66088,
+    -2.83035,
+    -5.21881,
+    -3.60415,
+    2.93311,
+    -3.59348,
+    1.34959,
+    -3.14319,
+    -1.98548,
+    -5.28962,
+    -245318.438,
+    9.5661,
+]
+ASSISTANT_EXTEND = [
+    -0.35802,
+    -2.49634,
+    -4.93759,
+    -5.58026,
+    -5.25514,
+    -5.47934,
+    -0.98091,
+    -2.72419,
+    -3.46192,
+    -4.10913,
+    -3.60822,
+    -5.28962,
+    -34488.875,
+    8.50354,
+]
 
 
 def fingerprint(t: torch.Tensor) -> torch.Tensor:
@@ -57,7 +96,9 @@ def test_importing_the_decoders_loads_no_model_code():
 def test_the_assistant_kernels_hold_no_model():
     import dlmcode.core.assistant as A
 
-    assert not [name for name, value in vars(A).items() if isinstance(value, type) and issubclass(value, torch.nn.Module)]
+    assert not [
+        name for name, value in vars(A).items() if isinstance(value, type) and issubclass(value, torch.nn.Module)
+    ]
 
 
 @pytest.mark.shipped

@@ -1,4 +1,4 @@
-"""The length rule (dlmcode/jobs/length.py): exact lengths from hand-made end marginals, on every path, its call counted."""
+"""The length rule (dlmcode/jobs/sizing.py): exact lengths from hand-made end marginals, on every path, its call counted."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import pytest
 import torch
 from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, CharTokenizer
 
-from dlmcode.jobs import fill, length
+from dlmcode.jobs import fill
+from dlmcode.jobs import sizing as length
 from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
 from dlmcode.models.base import Dlm
-from dlmcode.serve.engine import Engine, Fill
+from dlmcode.serve.engine import Engine
+from dlmcode.serve.request import Fill
 
 
 def logits_with_end(p_end: list[float], end: int = PAD) -> torch.Tensor:

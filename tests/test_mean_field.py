@@ -26,7 +26,7 @@ def naive_d(p: list[float], r: list[float]) -> float:
     def h(x: list[float]) -> float:
         return -sum(v * math.log(v) for v in x if v > 0)
 
-    mix = [(a + b) / 2 for a, b in zip(p, r)]
+    mix = [(a + b) / 2 for a, b in zip(p, r, strict=True)]
     return 1 - (h(mix) - (h(p) + h(r)) / 2) / LN2
 
 
@@ -72,7 +72,9 @@ def test_pairwise_is_symmetric_zero_diagonal_in_unit_interval_and_matches_the_fo
 
 
 def test_identical_rows_give_one_and_disjoint_one_hots_give_zero():
-    probs = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.7, 0.2, 0.1, 0.0], [0, 0, 0, 1.0], [0, 0, 1.0, 0]], dtype=torch.float64)
+    probs = torch.tensor(
+        [[0.7, 0.2, 0.1, 0.0], [0.7, 0.2, 0.1, 0.0], [0, 0, 0, 1.0], [0, 0, 1.0, 0]], dtype=torch.float64
+    )
     d = pairwise(probs)
     assert d[0, 1].item() == pytest.approx(1.0, abs=1e-12)
     assert d[2, 3].item() == pytest.approx(0.0, abs=1e-12)

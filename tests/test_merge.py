@@ -12,10 +12,25 @@ from dlmcode.models import load
 
 
 def sample(task, output, decoder="low-confidence", settings=None, broken=False):
-    settings = settings if settings is not None else {"temperature": 0.0, "block": 0, "steps": None, "tokens_per_step": None}
+    settings = (
+        settings if settings is not None else {"temperature": 0.0, "block": 0, "steps": None, "tokens_per_step": None}
+    )
     breakage = {"broken": broken, "new_errors": int(broken), "first_line": None, "touches_span": False}
-    return Sample(task=task.task_id, decoder=decoder, settings=settings, seed=0, output=output, passed=None,
-                  exact=output == task.canonical, breakage=breakage, calls=4, filled=8, tokens=8, tpf=2.0, seconds=0.1)
+    return Sample(
+        task=task.task_id,
+        decoder=decoder,
+        settings=settings,
+        seed=0,
+        output=output,
+        passed=None,
+        exact=output == task.canonical,
+        breakage=breakage,
+        calls=4,
+        filled=8,
+        tokens=8,
+        tpf=2.0,
+        seconds=0.1,
+    )
 
 
 def write(folder, samples, gz=False):

@@ -15,9 +15,9 @@ import torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # a cache miss must never wait on the network
 
-from dlmcode import models  # noqa: E402
-from dlmcode.core.errors import ModelError, UsageError  # noqa: E402
-from dlmcode.models import dream, hf  # noqa: E402
+from dlmcode import models
+from dlmcode.core.errors import ModelError, UsageError
+from dlmcode.models import dream, hf
 
 CODE = [
     "def add(a, b):\n    return a + b\n",
@@ -37,7 +37,12 @@ def bpe(specials: list[str], template: str | None = None, **roles: str):
     tok = Tokenizer(tm.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CODE * 10, trainer)
     if template:
         from tokenizers.processors import TemplateProcessing
@@ -48,7 +53,13 @@ def bpe(specials: list[str], template: str | None = None, **roles: str):
 
 
 def small(config_cls, vocab: int, **extra):
-    sizes = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
+    sizes = {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+    }
     return config_cls(vocab_size=vocab, **sizes, **extra)
 
 
@@ -56,7 +67,14 @@ def small(config_cls, vocab: int, **extra):
 def bert_dir(tmp_path_factory) -> Path:
     from transformers import BertConfig, BertForMaskedLM
 
-    tok = bpe(["[PAD]", "[CLS]", "[SEP]", "[MASK]"], "[CLS] $A [SEP]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    tok = bpe(
+        ["[PAD]", "[CLS]", "[SEP]", "[MASK]"],
+        "[CLS] $A [SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("bert")
     BertForMaskedLM(small(BertConfig, len(tok), pad_token_id=0)).save_pretrained(path)
@@ -77,7 +95,7 @@ def modernbert_dir(tmp_path_factory) -> Path:
     return path
 
 
-MODELING = '''
+MODELING = """
 import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
@@ -107,7 +125,7 @@ class ToyModel(PreTrainedModel):
         h = self.embed(input_ids)
         h = h + self.mix(h.mean(dim=1, keepdim=True))  # every position sees all others: bidirectional
         return MaskedLMOutput(logits=self.head(h))
-'''
+"""
 
 
 def remote_folder(path: Path, model_type: str, arch: str, tok, config: dict, post_init: bool = True) -> Path:
@@ -128,7 +146,14 @@ def remote_folder(path: Path, model_type: str, arch: str, tok, config: dict, pos
     }
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     auto_map = {"AutoConfig": "modeling_toy.ToyConfig", "AutoModel": "modeling_toy.ToyModel"}
-    full = {"model_type": model_type, "architectures": [arch], "auto_map": auto_map, "vocab_size": len(tok), "hidden_size": 8, **config}
+    full = {
+        "model_type": model_type,
+        "architectures": [arch],
+        "auto_map": auto_map,
+        "vocab_size": len(tok),
+        "hidden_size": 8,
+        **config,
+    }
     (path / "config.json").write_text(json.dumps(full))
     tok.save_pretrained(path)
     return path
@@ -149,7 +174,9 @@ CHAT = (
 
 def llada_folder(path: Path, post_init: bool = True) -> Path:
     specials = ["<|endoftext|>", "<|mdm_mask|>", "<|eot_id|>", "<|startoftext|>"]
-    tok = bpe(specials, "<|startoftext|> $A", bos_token="<|startoftext|>", eos_token="<|endoftext|>")  # no mask_token: config.json has it
+    tok = bpe(
+        specials, "<|startoftext|> $A", bos_token="<|startoftext|>", eos_token="<|endoftext|>"
+    )  # no mask_token: config.json has it
     tok.chat_template = CHAT
     config = {"mask_token_id": 1, "eos_token_id": 0, "pad_token_id": 0, "max_sequence_length": 4096}
     return remote_folder(path, "llada", "LLaDAModelLM", tok, config, post_init)
@@ -185,7 +212,12 @@ def auto_model(path: Path, masked: bool = True):
 
 def test_bert_is_masked_lm_and_predict_matches_the_model_with_its_framing(bert_dir):
     dlm = models.load(str(bert_dir), device="cpu")
-    assert (dlm.family, dlm.name, dlm.device, dlm.dtype) == ("masked-lm", str(bert_dir), torch.device("cpu"), torch.float32)
+    assert (dlm.family, dlm.name, dlm.device, dlm.dtype) == (
+        "masked-lm",
+        str(bert_dir),
+        torch.device("cpu"),
+        torch.float32,
+    )
     tok = dlm.tokenizer.hf
     assert dlm.mask_id == tok.mask_token_id == 3 and dlm.pad_id == 0 and dlm.eos_id == tok.sep_token_id
     assert dlm.context == 64 - 2  # [CLS] and [SEP] take two positions
@@ -229,7 +261,14 @@ def test_modernbert_predict_equals_the_model_own_logits(modernbert_dir):
 def test_context_is_the_longest_canvas_the_model_takes(tmp_path, bert_dir):
     from transformers import RobertaConfig, RobertaForMaskedLM
 
-    tok = bpe(["<s>", "<pad>", "</s>", "<mask>"], "<s> $A </s>", cls_token="<s>", pad_token="<pad>", sep_token="</s>", mask_token="<mask>")
+    tok = bpe(
+        ["<s>", "<pad>", "</s>", "<mask>"],
+        "<s> $A </s>",
+        cls_token="<s>",
+        pad_token="<pad>",
+        sep_token="</s>",
+        mask_token="<mask>",
+    )
     RobertaForMaskedLM(small(RobertaConfig, len(tok), pad_token_id=1)).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     roberta = models.load(str(tmp_path), device="cpu")
@@ -289,7 +328,12 @@ def test_dream_without_trust_remote_code_is_one_clear_error(dream_dir, no_stdin,
     from dlmcode.models import native
 
     read = []
-    for module, name in ((hf, "load_remote"), (hf, "load_remote_tokenizer"), (dream, "load_tokenizer"), (native, "read_state")):
+    for module, name in (
+        (hf, "load_remote"),
+        (hf, "load_remote_tokenizer"),
+        (dream, "load_tokenizer"),
+        (native, "read_state"),
+    ):
         monkeypatch.setattr(module, name, lambda *a, name=name, **k: read.append(name))
     with pytest.raises(ModelError) as err:
         models.load(str(dream_dir), device="cpu")
@@ -336,9 +380,14 @@ def test_dream_tokenizer_remote_code_failing_is_the_same_clear_error(tmp_path, n
     """
     (path / "tokenization_toy.py").write_text(textwrap.dedent(broken))
     config = json.loads((path / "tokenizer_config.json").read_text())
-    config |= {"tokenizer_class": "ToyTokenizer", "auto_map": {"AutoTokenizer": [None, "tokenization_toy.ToyTokenizer"]}}
+    config |= {
+        "tokenizer_class": "ToyTokenizer",
+        "auto_map": {"AutoTokenizer": [None, "tokenization_toy.ToyTokenizer"]},
+    }
     (path / "tokenizer_config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelError, match=r"Dream's published modelling code failed to load \(tokenizer: AttributeError: no attribute"):
+    with pytest.raises(
+        ModelError, match=r"Dream's published modelling code failed to load \(tokenizer: AttributeError: no attribute"
+    ):
         models.load(str(path), device="cpu", trust_remote_code=True)
 
 
@@ -356,9 +405,15 @@ def test_llada_with_remote_code_loads_in_place_with_ids_and_chat(tmp_path, no_st
     dlm = models.load(str(path), device="cpu", trust_remote_code=True)
     tok = dlm.tokenizer.hf
     assert dlm.family == "llada" and dlm.context == 4096
-    assert (dlm.mask_id, dlm.eos_id, dlm.eot_id) == (1, 0, tok.convert_tokens_to_ids("<|eot_id|>"))  # from config and tokenizer
+    assert (dlm.mask_id, dlm.eos_id, dlm.eot_id) == (
+        1,
+        0,
+        tok.convert_tokens_to_ids("<|eot_id|>"),
+    )  # from config and tokenizer
     assert dlm.bos_id == tok.bos_token_id == 3  # the tokenizer starts every text with it
-    assert dlm.chat("sort a list") == "<user>sort a list</user><assistant>"  # the template's own BOS dropped: no double BOS
+    assert (
+        dlm.chat("sort a list") == "<user>sort a list</user><assistant>"
+    )  # the template's own BOS dropped: no double BOS
     ids = torch.tensor(dlm.tokenizer.encode(CODE[0]))
     with torch.no_grad():
         raw = auto_model(path, masked=False)(input_ids=ids[None]).logits[0]
@@ -540,7 +595,8 @@ def test_an_uncached_hub_id_is_downloaded_with_progress_unless_offline(fake_hub,
     refused = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=True))
     assert refused.returncode == 1 and fake_hub.requests == []
     assert refused.stderr.splitlines() == [
-        f"dlmcode: error: model {fake_hub.REPO!r} is not a local folder and is not in the Hugging Face cache, and downloads are off"
+        f"dlmcode: error: model {fake_hub.REPO!r} is not a local folder and is not in the Hugging Face cache, and "
+        "downloads are off"
         f" (HF_HUB_OFFLINE=1); download it with `hf download {fake_hub.REPO}` or go online"
     ]
     flag = infill_with(fake_hub.REPO, hub_env(fake_hub, cache, offline=False), "--offline")
@@ -566,7 +622,10 @@ def test_an_uncached_hub_id_is_downloaded_with_progress_unless_offline(fake_hub,
 def test_a_failed_download_is_one_line(fake_hub, tmp_path):
     missing = infill_with("dlmcode-tests/absent", hub_env(fake_hub, tmp_path / "cache", offline=False))
     assert missing.returncode == 1 and len(missing.stderr.splitlines()) == 1
-    assert missing.stderr.startswith("dlmcode: error: model 'dlmcode-tests/absent' is not a local folder or in the Hugging Face cache, and downloading it failed (")
+    assert missing.stderr.startswith(
+        "dlmcode: error: model 'dlmcode-tests/absent' is not a local folder or in the Hugging Face cache, and "
+        "downloading it failed ("
+    )
 
 
 def test_loading_leaves_the_process_environment_and_transformers_verbosity_alone(bert_dir, monkeypatch):
@@ -589,7 +648,9 @@ def test_hub_cache_snapshot_is_labelled_by_its_repo_id(tmp_path):
 
 
 def test_unknown_family_lists_the_families():
-    with pytest.raises(UsageError, match="--family 'gpt': unknown model family; use one of builtin, llada, dream, masked-lm"):
+    with pytest.raises(
+        UsageError, match="--family 'gpt': unknown model family; use one of builtin, llada, dream, masked-lm"
+    ):
         models.load("whatever", family="gpt")
 
 
@@ -635,6 +696,7 @@ def test_cuda_auto_is_bf16_and_matches_cpu(bert_dir):
 
 # builtin
 
+
 @pytest.mark.shipped
 def test_load_without_a_name_is_the_builtin_model():
     dlm = models.load(device="cpu")
@@ -648,7 +710,9 @@ def test_load_without_a_name_is_the_builtin_model():
 
 
 def test_importing_models_does_not_import_transformers():
-    code = "import sys, dlmcode.models; assert 'transformers' not in sys.modules and 'huggingface_hub' not in sys.modules"
+    code = (
+        "import sys, dlmcode.models; assert 'transformers' not in sys.modules and 'huggingface_hub' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
 
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-from dlmcode import models  # noqa: E402
-from dlmcode.bench.standins import DREAM_7B, LLADA_8B  # noqa: E402  (the published config.json files)
-from dlmcode.core.errors import ModelError  # noqa: E402
-from dlmcode.models import dream, native_dream, native_llada  # noqa: E402
+from dlmcode import models
+from dlmcode.bench.standins import DREAM_7B, LLADA_8B  # the published config.json files
+from dlmcode.core.errors import ModelError
+from dlmcode.models import dream, native_dream, native_llada
 
 
 def shapes(module: torch.nn.Module) -> dict[str, tuple[int, ...]]:
@@ -28,12 +25,21 @@ def test_llada_8b_weight_names_and_shapes_are_the_checkpoints():
         model = native_llada.LladaLM(native_llada.LladaConfig.from_json(LLADA_8B))
     got = shapes(model)
     per_block = {
-        "attn_norm.weight": (4096,), "q_proj.weight": (4096, 4096), "k_proj.weight": (4096, 4096),
-        "v_proj.weight": (4096, 4096), "attn_out.weight": (4096, 4096), "ff_norm.weight": (4096,),
-        "ff_proj.weight": (12288, 4096), "up_proj.weight": (12288, 4096), "ff_out.weight": (4096, 12288),
+        "attn_norm.weight": (4096,),
+        "q_proj.weight": (4096, 4096),
+        "k_proj.weight": (4096, 4096),
+        "v_proj.weight": (4096, 4096),
+        "attn_out.weight": (4096, 4096),
+        "ff_norm.weight": (4096,),
+        "ff_proj.weight": (12288, 4096),
+        "up_proj.weight": (12288, 4096),
+        "ff_out.weight": (4096, 12288),
     }
-    want = {"model.transformer.wte.weight": (126464, 4096), "model.transformer.ln_f.weight": (4096,),
-            "model.transformer.ff_out.weight": (126464, 4096)}
+    want = {
+        "model.transformer.wte.weight": (126464, 4096),
+        "model.transformer.ln_f.weight": (4096,),
+        "model.transformer.ff_out.weight": (126464, 4096),
+    }
     want |= {f"model.transformer.blocks.{i}.{k}": s for i in range(32) for k, s in per_block.items()}
     assert got == want
     assert 8.0e9 < sum(math.prod(s) for s in got.values()) < 8.1e9  # "LLaDA-8B"
@@ -45,12 +51,18 @@ def test_dream_7b_weight_names_and_shapes_are_the_checkpoints():
         model = native_dream.DreamLM(native_dream.DreamConfig.from_json(DREAM_7B))
     got = shapes(model)
     per_layer = {
-        "input_layernorm.weight": (3584,), "post_attention_layernorm.weight": (3584,),
-        "self_attn.q_proj.weight": (3584, 3584), "self_attn.q_proj.bias": (3584,),
-        "self_attn.k_proj.weight": (512, 3584), "self_attn.k_proj.bias": (512,),  # 4 kv heads of 128
-        "self_attn.v_proj.weight": (512, 3584), "self_attn.v_proj.bias": (512,),
+        "input_layernorm.weight": (3584,),
+        "post_attention_layernorm.weight": (3584,),
+        "self_attn.q_proj.weight": (3584, 3584),
+        "self_attn.q_proj.bias": (3584,),
+        "self_attn.k_proj.weight": (512, 3584),
+        "self_attn.k_proj.bias": (512,),  # 4 kv heads of 128
+        "self_attn.v_proj.weight": (512, 3584),
+        "self_attn.v_proj.bias": (512,),
         "self_attn.o_proj.weight": (3584, 3584),
-        "mlp.gate_proj.weight": (18944, 3584), "mlp.up_proj.weight": (18944, 3584), "mlp.down_proj.weight": (3584, 18944),
+        "mlp.gate_proj.weight": (18944, 3584),
+        "mlp.up_proj.weight": (18944, 3584),
+        "mlp.down_proj.weight": (3584, 18944),
     }
     want = {"model.embed_tokens.weight": (152064, 3584), "model.norm.weight": (3584,), "lm_head.weight": (152064, 3584)}
     want |= {f"model.layers.{i}.{k}": s for i in range(28) for k, s in per_layer.items()}
@@ -66,8 +78,12 @@ def test_tied_dream_has_no_head_of_its_own():
 
 @pytest.mark.parametrize(
     ("change", "why"),
-    [({"block_type": "sequential"}, "block_type"), ({"activation_type": "swiglu"}, "activation_type"),
-     ({"alibi": True}, "alibi"), ({"d_model": None}, "no d_model")],
+    [
+        ({"block_type": "sequential"}, "block_type"),
+        ({"activation_type": "swiglu"}, "activation_type"),
+        ({"alibi": True}, "alibi"),
+        ({"d_model": None}, "no d_model"),
+    ],
 )
 def test_llada_options_we_do_not_implement_are_named(change, why):
     with pytest.raises(native_llada.NotNative, match=why):
@@ -84,7 +100,9 @@ def rms(x, w, eps):
 def rope(x, theta):
     """x (H, L, hd): rotate the pair (j, j + hd/2) at position p by p * theta^(-2j/hd)."""
     hd = x.shape[-1]
-    ang = torch.arange(x.shape[1], dtype=torch.float64)[:, None] * theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.arange(x.shape[1], dtype=torch.float64)[:, None] * theta ** (
+        -torch.arange(0, hd, 2, dtype=torch.float64) / hd
+    )
     a, b = x[..., : hd // 2], x[..., hd // 2 :]
     return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], -1)
 
@@ -114,10 +132,28 @@ def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return model.eval()
 
 
-TINY_LLADA = {**LLADA_8B, "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "n_layers": 2, "mlp_hidden_size": 48,
-              "embedding_size": 64, "vocab_size": 60, "mask_token_id": 63, "eos_token_id": 0}
-TINY_DREAM = {**DREAM_7B, "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-              "intermediate_size": 48, "vocab_size": 64, "mask_token_id": 63}
+TINY_LLADA = {
+    **LLADA_8B,
+    "d_model": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "n_layers": 2,
+    "mlp_hidden_size": 48,
+    "embedding_size": 64,
+    "vocab_size": 60,
+    "mask_token_id": 63,
+    "eos_token_id": 0,
+}
+TINY_DREAM = {
+    **DREAM_7B,
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 48,
+    "vocab_size": 64,
+    "mask_token_id": 63,
+}
 
 
 def test_llada_equals_a_plain_restatement():
@@ -129,7 +165,19 @@ def test_llada_equals_a_plain_restatement():
     zero = torch.zeros(32, dtype=torch.float64)
     for b in t.blocks:
         h = rms(x, b.attn_norm.weight, cfg.eps)
-        x = x + attention(h, b.q_proj.weight, b.k_proj.weight, b.v_proj.weight, b.attn_out.weight, zero, zero[:16], zero[:16], 4, 2, cfg.rope_theta)
+        x = x + attention(
+            h,
+            b.q_proj.weight,
+            b.k_proj.weight,
+            b.v_proj.weight,
+            b.attn_out.weight,
+            zero,
+            zero[:16],
+            zero[:16],
+            4,
+            2,
+            cfg.rope_theta,
+        )
         x = x + mlp(rms(x, b.ff_norm.weight, cfg.eps), b.ff_proj.weight, b.up_proj.weight, b.ff_out.weight)
     want = rms(x, t.ln_f.weight, cfg.eps) @ t.ff_out.weight.T
     with torch.no_grad():
@@ -145,8 +193,25 @@ def test_dream_equals_a_plain_restatement():
     for layer in body.layers:
         a, m = layer.self_attn, layer.mlp
         h = rms(x, layer.input_layernorm.weight, cfg.eps)
-        x = x + attention(h, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight, a.q_proj.bias, a.k_proj.bias, a.v_proj.bias, 4, 2, cfg.rope_theta)
-        x = x + mlp(rms(x, layer.post_attention_layernorm.weight, cfg.eps), m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight)
+        x = x + attention(
+            h,
+            a.q_proj.weight,
+            a.k_proj.weight,
+            a.v_proj.weight,
+            a.o_proj.weight,
+            a.q_proj.bias,
+            a.k_proj.bias,
+            a.v_proj.bias,
+            4,
+            2,
+            cfg.rope_theta,
+        )
+        x = x + mlp(
+            rms(x, layer.post_attention_layernorm.weight, cfg.eps),
+            m.gate_proj.weight,
+            m.up_proj.weight,
+            m.down_proj.weight,
+        )
     want = rms(x, body.norm.weight, cfg.eps) @ model.lm_head.weight.T
     with torch.no_grad():
         torch.testing.assert_close(model(ids)[0], want, rtol=1e-5, atol=1e-5)  # RoPE tables are float32
@@ -164,7 +229,9 @@ def bpe(vocab: int):
     tok = Tokenizer(tm.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     tok.train_from_iterator(CODE * 10, trainer)
     return tok
 
@@ -196,8 +263,14 @@ def llada_folder(path: Path, shards: int = 1) -> tuple[Path, torch.nn.Module]:
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|startoftext|>", eos_token="<|endoftext|>")
     hf.save_pretrained(path)
     mask = hf.convert_tokens_to_ids("<|mdm_mask|>")
-    config = {**TINY_LLADA, "vocab_size": len(hf), "embedding_size": 320, "mask_token_id": mask,
-              "eos_token_id": hf.eos_token_id, "auto_map": {"AutoModel": "modeling_llada.LLaDAModelLM"}}
+    config = {
+        **TINY_LLADA,
+        "vocab_size": len(hf),
+        "embedding_size": 320,
+        "mask_token_id": mask,
+        "eos_token_id": hf.eos_token_id,
+        "auto_map": {"AutoModel": "modeling_llada.LLaDAModelLM"},
+    }
     (path / "config.json").write_text(json.dumps(config))
     (path / "modeling_llada.py").write_text("raise RuntimeError('remote code ran')\n")
     torch.manual_seed(0)
@@ -213,15 +286,36 @@ def dream_folder(path: Path) -> tuple[Path, torch.nn.Module]:
     tok.model.save(str(path))  # vocab.json, merges.txt
     n = tok.get_vocab_size()
     specials = ["<|endoftext|>", "<|mask|>", "<|im_end|>", "<|dlm_pad|>"]
-    added = {str(n + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-             for i, t in enumerate(specials)}
-    tok_config = {"tokenizer_class": "DreamTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
-                  "added_tokens_decoder": added, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "mask_token": "<|mask|>"}
+    added = {
+        str(n + i): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for i, t in enumerate(specials)
+    }
+    tok_config = {
+        "tokenizer_class": "DreamTokenizer",
+        "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+        "added_tokens_decoder": added,
+        "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "mask_token": "<|mask|>",
+    }
     (path / "tokenizer_config.json").write_text(json.dumps(tok_config))
     for code in ("tokenization_dream.py", "modeling_dream.py"):
         (path / code).write_text("raise RuntimeError('remote code ran')\n")
-    config = {**TINY_DREAM, "vocab_size": n + 8, "mask_token_id": n + 1, "eos_token_id": n, "pad_token_id": n,
-              "auto_map": {"AutoModel": "modeling_dream.DreamModel"}}
+    config = {
+        **TINY_DREAM,
+        "vocab_size": n + 8,
+        "mask_token_id": n + 1,
+        "eos_token_id": n,
+        "pad_token_id": n,
+        "auto_map": {"AutoModel": "modeling_dream.DreamModel"},
+    }
     (path / "config.json").write_text(json.dumps(config))
     torch.manual_seed(0)
     model = randomize(native_dream.DreamLM(native_dream.DreamConfig.from_json(config)))
@@ -257,7 +351,9 @@ def test_dream_folder_loads_natively_with_a_qwen2_tokenizer_and_aligned_logits(t
     dlm = models.load(str(path), device="cpu")  # no --trust-remote-code: tokenization_dream.py never runs
     tok = dlm.tokenizer.hf
     assert dlm.family == "dream" and type(tok).__name__ == "Qwen2Tokenizer" and dlm.cached is not None
-    assert dlm.mask_id == tok.convert_tokens_to_ids("<|mask|>") and dlm.pad_id == tok.convert_tokens_to_ids("<|dlm_pad|>")
+    assert dlm.mask_id == tok.convert_tokens_to_ids("<|mask|>") and dlm.pad_id == tok.convert_tokens_to_ids(
+        "<|dlm_pad|>"
+    )
     assert dlm.context == dream.DREAM_CONTEXT
     for code in CODE:
         assert dlm.tokenizer.decode(dlm.tokenizer.encode(code)) == code
@@ -302,14 +398,21 @@ def test_weights_that_do_not_match_the_config_are_named(tmp_path):
 def test_a_padded_batch_gives_each_canvas_its_own_logits(tmp_path, make):
     path, _ = make(tmp_path / "tiny")
     dlm = models.load(str(path), device="cpu")
-    seqs = [torch.tensor([5, 6, 7, 8, 9, 10, 11]), torch.tensor([12, 13, dlm.mask_id]), torch.tensor([14, dlm.mask_id, 15, 16])]
-    for got, ids in zip(dlm.forward_batch(seqs), seqs):
-        torch.testing.assert_close(got, dlm.predict(ids), rtol=1e-5, atol=1e-5)  # padding is never attended; Dream stays aligned
+    seqs = [
+        torch.tensor([5, 6, 7, 8, 9, 10, 11]),
+        torch.tensor([12, 13, dlm.mask_id]),
+        torch.tensor([14, dlm.mask_id, 15, 16]),
+    ]
+    for got, ids in zip(dlm.forward_batch(seqs), seqs, strict=True):
+        torch.testing.assert_close(
+            got, dlm.predict(ids), rtol=1e-5, atol=1e-5
+        )  # padding is never attended; Dream stays aligned
 
 
 @pytest.mark.parametrize(("folder", "key"), [(llada_folder, "n_layers"), (dream_folder, "num_hidden_layers")])
 def test_a_layer_count_the_weights_do_not_have_fails_before_the_model_is_built(tmp_path, folder, key, monkeypatch):
-    """Checked from the safetensors headers: a million layers on the meta device would cost gigabytes of modules first."""
+    """Checked from the safetensors headers: a million layers on the meta device would
+    cost gigabytes of modules first."""
     from dlmcode.core.errors import ModelError
     from dlmcode.models import native_dream, native_llada
 

@@ -30,7 +30,7 @@ def plan_of(text: str, tokenizer) -> spans.Plan:
 
 def drafted(plan: spans.Plan, fills: list[list[int]]) -> torch.Tensor:
     tokens = plan.canvas.tokens.clone()
-    for positions, ids in zip(plan.positions, fills):
+    for positions, ids in zip(plan.positions, fills, strict=True):
         tokens[positions.start : positions.stop] = torch.tensor(ids)
     return tokens
 
@@ -49,12 +49,18 @@ def test_pieces_concatenate_to_the_splice_even_with_split_characters(tokenizer):
         layout = the_oracle.layout(tokens)
         spliced = spans.splice(plan, plan.canvas.__class__(tokens, MASK), tokenizer).text
         assert layout.data == spliced.encode("utf-8", "surrogatepass")
-        for positions, ids in zip(plan.positions, fills):
-            starts, ends = layout.starts[positions.start : positions.stop], layout.ends[positions.start : positions.stop]
+        for positions, ids in zip(plan.positions, fills, strict=True):
+            starts, ends = (
+                layout.starts[positions.start : positions.stop],
+                layout.ends[positions.start : positions.stop],
+            )
             assert torch.equal(starts[1:], ends[:-1]), "a hole's token ranges are contiguous"
             joined = layout.data[int(starts[0]) : int(ends[-1])]
             assert joined == tokenizer.decode(ids).encode("utf-8", "surrogatepass")
-            seen_split |= any(len(tokenizer.decode([i]).encode()) != e - s for i, s, e in zip(ids, starts.tolist(), ends.tolist()))
+            seen_split |= any(
+                len(tokenizer.decode([i]).encode()) != e - s
+                for i, s, e in zip(ids, starts.tolist(), ends.tolist(), strict=True)
+            )
     assert seen_split, "the draws never split a character, so the fallback went untested"
 
 
@@ -77,7 +83,28 @@ SOURCES = {
     "rust": "fn f(a: i32) -> i32 {\n    let x = a;\n    ⟦fill:12⟧\n    x\n}\nstruct S { y: u8 }\n",
     "go": "package m\n\nfunc f(a int) int {\n\tx := a\n\t⟦fill:12⟧\n\treturn x\n}\n",
 }
-PIECES = ["(", ")", "{", "}", "[", "]", ";", ":", "x", " = ", "\n", "    ", "if", " a", ",", "1", "return", "\"", "let", "é"]
+PIECES = [
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ";",
+    ":",
+    "x",
+    " = ",
+    "\n",
+    "    ",
+    "if",
+    " a",
+    ",",
+    "1",
+    "return",
+    '"',
+    "let",
+    "é",
+]
 
 
 @pytest.mark.parametrize("lang", SOURCES)
@@ -188,7 +215,9 @@ def test_a_grammar_of_another_tree_sitter_is_one_line_under_the_oracle_too(monke
     syntax.parser.cache_clear()
     monkeypatch.setattr(tree_sitter, "Language", built_for_another_abi)
     try:
-        with pytest.raises(DlmcodeError, match=r"^the python grammar does not load \(Incompatible Language version 99\)"):
+        with pytest.raises(
+            DlmcodeError, match=r"^the python grammar does not load \(Incompatible Language version 99\)"
+        ):
             oracle.SyntaxOracle(plan_of("x = ⟦fill:2⟧\n", tokenizer), tokenizer, "python", "x = \n")
     finally:
         syntax.parser.cache_clear()

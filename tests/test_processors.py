@@ -58,7 +58,7 @@ def test_a_fixed_length_job_bans_pad_and_its_result_says_so(model):
     assert result.processors == ("ban pad",) and result.to_dict()["processors"] == ["ban pad"]
     assert dlm.pad_id not in result.ids
     auto = fill.prepare_infill("x = 1\ny = 2\n", (2, 2), dlm=dlm, decoder="low-confidence", length="auto")
-    assert auto.processors == ()  # room to spare: pads may end the fill
+    assert auto.sized is not None and [p.name for p in auto.processors] == ["ban pad"]  # sized by the rule, then known
 
 
 def test_end_of_text_policies_are_processors():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import torch
@@ -15,16 +14,20 @@ from dlmcode.core.errors import UsageError
 from dlmcode.core.run import SEED_MAX, ModelChoice, RunSettings
 from dlmcode.jobs import fill
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-SOURCE = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"
+SOURCE = (
+    "def add(a, b):\n    return a + b\n\n\nclass Point:\n    def __init__(self, x, y):\n        self.x = x\n     "
+    "   self.y = y\n"
+)
 
 
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
         ({"cache": "prefx"}, "--cache 'prefx': use one of none, prefix, dual"),
-        ({"cache": "prefix", "cache_refresh": -1}, "--cache-refresh -1: give 0 (at block changes only) or a number of calls"),
+        (
+            {"cache": "prefix", "cache_refresh": -1},
+            "--cache-refresh -1: give 0 (at block changes only) or a number of calls",
+        ),
         ({"length": 0}, "--length 0: give a positive number of tokens"),
         ({"length": -3}, "--length -3: give a positive number of tokens"),
         ({"length": "lots"}, "--length 'lots': give a positive number of tokens, or auto"),
@@ -39,8 +42,17 @@ def test_bad_settings_are_one_usage_error(fields, says):
 
 
 def test_good_settings_are_kept_as_given_and_frozen():
-    run = RunSettings(model=ModelChoice("m", "cpu", "float32"), decoder="threshold", options={"tau": "0.5"},
-                      temperature=0.0, seed=SEED_MAX, length="auto", lang="python", cache="dual", cache_refresh=2)  # fmt: skip
+    run = RunSettings(
+        model=ModelChoice("m", "cpu", "float32"),
+        decoder="threshold",
+        options={"tau": "0.5"},
+        temperature=0.0,
+        seed=SEED_MAX,
+        length="auto",
+        lang="python",
+        cache="dual",
+        cache_refresh=2,
+    )
     assert (run.model.name, run.seed, run.length, run.cache, run.cache_refresh) == ("m", SEED_MAX, "auto", "dual", 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.seed = 1  # type: ignore[misc]
@@ -68,7 +80,8 @@ def test_python_api_checks_its_keywords_before_loading_a_model(monkeypatch):
 
 
 def recording(monkeypatch):
-    """Wrap the CLI's model loader and fill's job builders: note each ModelChoice and RunSettings they get, then do the real work."""
+    """Wrap the CLI's model loader and fill's job builders: note each ModelChoice and RunSettings they get, then do the
+    real work."""
     seen: dict[str, list] = {"load": [], "infill": [], "generate": []}
     load, infill_job, generate_job = cli.load_model, fill.infill_job, fill.generate_job
 
@@ -94,19 +107,63 @@ def test_infill_builds_one_settings_object_from_its_flags_and_decodes_with_it(mo
     path = tmp_path / "point.py"
     path.write_text(SOURCE)
     seen = recording(monkeypatch)
-    flags = ["--span", "7:8", "-m", model, "--device", "cpu", "--dtype", "float32", "-d", "threshold", "-o", "tau=0.5",
-             "-o", "block=4", "--seed", "3", "--temperature", "0.7", "--length", "6", "--cache", "prefix",
-             "--cache-refresh", "2", "--offline", "-q"]  # fmt: skip
+    flags = [
+        "--span",
+        "7:8",
+        "-m",
+        model,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "-d",
+        "threshold",
+        "-o",
+        "tau=0.5",
+        "-o",
+        "block=4",
+        "--seed",
+        "3",
+        "--temperature",
+        "0.7",
+        "--length",
+        "6",
+        "--cache",
+        "prefix",
+        "--cache-refresh",
+        "2",
+        "--offline",
+        "-q",
+    ]
     result = CliRunner().invoke(cli.app, ["infill", str(path), *flags])
     assert result.exit_code == 0, result.stderr
-    expected = RunSettings(model=ModelChoice(model, "cpu", "float32", offline=True), decoder="threshold",
-                           options={"tau": "0.5", "block": "4"}, temperature=0.7, seed=3, length=6, lang="python",
-                           cache="prefix", cache_refresh=2)  # fmt: skip
+    expected = RunSettings(
+        model=ModelChoice(model, "cpu", "float32", offline=True),
+        decoder="threshold",
+        options={"tau": "0.5", "block": "4"},
+        temperature=0.7,
+        seed=3,
+        length=6,
+        lang="python",
+        cache="prefix",
+        cache_refresh=2,
+    )
     assert seen["load"] == [expected.model] and seen["infill"] == [expected]
     assert seen["load"][0] is seen["infill"][0].model  # built once, passed down
     dlm = dlmcode.load(model, device="cpu", dtype="float32")
-    same = dlmcode.infill(SOURCE, (7, 8), dlm=dlm, decoder="threshold", options={"tau": "0.5", "block": "4"},
-                          temperature=0.7, seed=3, length=6, lang="python", cache="prefix", cache_refresh=2)  # fmt: skip
+    same = dlmcode.infill(
+        SOURCE,
+        (7, 8),
+        dlm=dlm,
+        decoder="threshold",
+        options={"tau": "0.5", "block": "4"},
+        temperature=0.7,
+        seed=3,
+        length=6,
+        lang="python",
+        cache="prefix",
+        cache_refresh=2,
+    )
     assert result.stdout == same.text  # the Python API's keywords map onto the same settings
 
 
@@ -114,8 +171,10 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
     prompt = tmp_path / "prompt.py"
     prompt.write_text("def add(a, b):\n")
     seen = recording(monkeypatch)
-    result = CliRunner().invoke(cli.app, ["generate", str(prompt), "-m", model, "--device", "cpu", "--length", "5",
-                                          "--seed", "2", "--no-chat", "-q"])  # fmt: skip
+    result = CliRunner().invoke(
+        cli.app,
+        ["generate", str(prompt), "-m", model, "--device", "cpu", "--length", "5", "--seed", "2", "--no-chat", "-q"],
+    )
     assert result.exit_code == 0, result.stderr
     expected = RunSettings(model=ModelChoice(model, "cpu"), options={}, seed=2, length=5, lang="python")
     assert seen["load"] == [expected.model] and seen["generate"] == [expected]
@@ -123,7 +182,10 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
     for flags, says in [
         (["--length", "0"], "dlmcode: error: --length '0': give a positive number of tokens, or auto"),
         (["--cache", "prefx"], "dlmcode: error: --cache 'prefx': use one of none, prefix, dual"),
-        (["--cache-refresh", "3"], "dlmcode: error: --cache-refresh 3 does nothing without a cache: add --cache prefix or --cache dual"),
+        (
+            ["--cache-refresh", "3"],
+            "dlmcode: error: --cache-refresh 3 does nothing without a cache: add --cache prefix or --cache dual",
+        ),
     ]:
         bad = CliRunner().invoke(cli.app, ["generate", str(prompt), "-m", model, *flags])
         assert (bad.exit_code, bad.stderr.strip(), bad.stdout) == (2, says, "")
@@ -136,5 +198,7 @@ def test_speed_loads_the_model_its_settings_name(model):
     dlm, note = speed.load(ModelChoice(model, "cpu", "float32"))
     assert (dlm.device.type, dlm.dtype, note) == ("cpu", torch.float32, None)
     assert dlm.name == dlmcode.load(model, device="cpu", dtype="float32").name
-    with pytest.raises(UsageError, match="^--shape times a random model of a published architecture: give it or --model, not both$"):
+    with pytest.raises(
+        UsageError, match="^--shape times a random model of a published architecture: give it or --model, not both$"
+    ):
         speed.load(ModelChoice(model), shape="llada-8b")

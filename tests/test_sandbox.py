@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_builtin
 
 from dlmcode.bench import cgroup, harness, runner, sandbox, suites
 from dlmcode.bench.metrics import Sample
 
-os.environ["HF_HUB_OFFLINE"] = "1"
+from tiny import tiny_builtin
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the jail is built from Linux namespaces")
 
@@ -37,7 +36,9 @@ SEEN = "def check(candidate):\n    assert candidate() == {expected!r}, candidate
 BOMB = "hog = []\nwhile True:\n    hog.append(bytearray(10**7))\n"
 
 
-needs_processes = pytest.mark.skipif(cgroup.place() is None, reason="without a cgroup a jailed run may start no process")
+needs_processes = pytest.mark.skipif(
+    cgroup.place() is None, reason="without a cgroup a jailed run may start no process"
+)
 
 
 def judged(program: str, test: str = IMPOSSIBLE, entry: str = "f", limits: sandbox.Limits = FAST, audit: bool = False):
@@ -64,14 +65,20 @@ def test_a_passing_and_a_failing_program():
 
 
 def test_plain_data_crosses_exactly_and_the_test_can_use_program_names():
-    program = ("import math\n"
-               "def helper(x):\n    return x * 2\n"
-               "def f(x):\n    return (x, [1.5, float('inf')], {'a': {1, 2}}, frozenset({3}), b'\\x00', None, True, 2**70, -0.0, 1j)\n")  # fmt: skip
-    test = ("def check(candidate):\n"
-            "    got = candidate(x=7)\n"
-            "    assert got == (7, [1.5, float('inf')], {'a': {1, 2}}, frozenset({3}), b'\\x00', None, True, 2**70, 0.0, 1j)\n"
-            "    assert type(got) is tuple and got[6] is True and math.copysign(1, got[8]) == -1.0\n"
-            "    assert helper(21) == 42 and math.isnan(candidate(float('nan'))[0])\n")  # fmt: skip
+    program = (
+        "import math\n"
+        "def helper(x):\n    return x * 2\n"
+        "def f(x):\n    return (x, [1.5, float('inf')], {'a': {1, 2}}, frozenset({3}), b'\\x00', None, True, 2**70, "
+        "-0.0, 1j)\n"
+    )
+    test = (
+        "def check(candidate):\n"
+        "    got = candidate(x=7)\n"
+        "    assert got == (7, [1.5, float('inf')], {'a': {1, 2}}, frozenset({3}), b'\\x00', None, True, 2**70, 0.0, "
+        "1j)\n"
+        "    assert type(got) is tuple and got[6] is True and math.copysign(1, got[8]) == -1.0\n"
+        "    assert helper(21) == 42 and math.isnan(candidate(float('nan'))[0])\n"
+    )
     assert judged(program, test).passed
 
 
@@ -100,14 +107,20 @@ FAKES = {
     "always equal": "class Eq:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Eq()\n",
     "str subclass": "class S(str):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return S('x')\n",
     "list of always equal": "class Eq:\n    __eq__ = lambda s, o: True\ndef f(x):\n    return [Eq()]\n",
-    "write the pass signal": (f"import os\nframe = {len(FORGED).to_bytes(4, 'big') + FORGED!r}\n"
-                              "for fd in range(1, 64):\n    try:\n        os.write(fd, frame)\n    except OSError:\n        pass\n"
-                              "print('passed')\ndef f(x):\n    return x\n"),  # fmt: skip
-    "forge an answer": ("import os\n"  # an "ok" answer written ahead, to every pipe: still only plain data
-                        f"ok = {harness.encode(['ok', 'never'])!r}\n"
-                        "for fd in range(3, 64):\n    try:\n        os.write(fd, len(ok).to_bytes(4, 'big') + ok)\n    except OSError:\n        pass\n"
-                        "def f(x):\n    return 'no'\n"),  # fmt: skip
-    "garbage on the pipes": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\xff' * 70000)\n    except OSError:\n        pass\n",
+    "write the pass signal": (
+        f"import os\nframe = {len(FORGED).to_bytes(4, 'big') + FORGED!r}\n"
+        "for fd in range(1, 64):\n    try:\n        os.write(fd, frame)\n    except OSError:\n        pass\n"
+        "print('passed')\ndef f(x):\n    return x\n"
+    ),
+    "forge an answer": (
+        "import os\n"  # an "ok" answer written ahead, to every pipe: still only plain data
+        f"ok = {harness.encode(['ok', 'never'])!r}\n"
+        "for fd in range(3, 64):\n    try:\n        os.write(fd, len(ok).to_bytes(4, 'big') + ok)\n    except "
+        "OSError:\n        pass\n"
+        "def f(x):\n    return 'no'\n"
+    ),
+    "garbage on the pipes": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\xff' * 70000)\n    "
+    "except OSError:\n        pass\n",
     "kill the judge": "import os\nos.kill(-1, 9)\ndef f(x):\n    return x\n",
 }
 
@@ -132,11 +145,14 @@ def test_the_audit_hook_cannot_be_switched_off_by_rebinding_names():
         "builtins.PermissionError = type('Nothing', (Exception,), {})\n"
         "builtins.any = builtins.all = lambda *a: True\n"
         "result = []\n"
-        "try:\n    open('/usr/evil', 'w')\n    result.append('written')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
-        "try:\n    import socket\n    socket.socket()\n    result.append('socket')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
-        "try:\n    import gc\n    gc.get_objects()\n    result.append('gc')\nexcept BaseException as e:\n    result.append(type(e).__name__)\n"
+        "try:\n    open('/usr/evil', 'w')\n    result.append('written')\nexcept BaseException as e:\n    "
+        "result.append(type(e).__name__)\n"
+        "try:\n    import socket\n    socket.socket()\n    result.append('socket')\nexcept BaseException as e:\n    "
+        "result.append(type(e).__name__)\n"
+        "try:\n    import gc\n    gc.get_objects()\n    result.append('gc')\nexcept BaseException as e:\n    "
+        "result.append(type(e).__name__)\n"
         "def seen():\n    return result\n"
-    )  # fmt: skip
+    )
     assert sees(program, ["PermissionError"] * 3, audit=True).passed  # builtins' names rebound: the hook kept its own
 
 
@@ -145,8 +161,10 @@ def test_the_audit_hook_cannot_be_switched_off_by_rebinding_names():
 
 def attempts(*lines: str) -> str:
     """A program that tries each statement and records, for seen(), 'ok' or why not (errno name or exception)."""
-    body = "".join(f"try:\n    {line}\n    result.append('ok')\nexcept BaseException as e:\n    result.append(why(e))\n"
-                   for line in lines)  # fmt: skip
+    body = "".join(
+        f"try:\n    {line}\n    result.append('ok')\nexcept BaseException as e:\n    result.append(why(e))\n"
+        for line in lines
+    )
     why = "def why(e):\n    return errno.errorcode.get(getattr(e, 'errno', None), type(e).__name__)\n"
     return f"import errno, os, socket, subprocess\n{why}result = []\n{body}def seen():\n    return result\n"
 
@@ -163,7 +181,7 @@ def test_writes_outside_the_temporary_folder_fail(tmp_path):
         f"os.symlink({str(tmp_path)!r}, 'link'); open('link/outside.txt', 'w').write('x')",
         "open('/evil', 'w').write('x')",
         "open('mine.txt', 'w').write('x'); assert open('mine.txt').read() == 'x'",  # its own folder: allowed
-    )  # fmt: skip
+    )
     denied = ["ENOENT", "EROFS", "ENOENT", "ENOENT", "EROFS", "ENOENT", "EROFS", "ok"]  # not there, or read-only
     outcome = sees(program, denied)
     assert outcome.passed, outcome
@@ -199,9 +217,11 @@ def test_no_network_even_to_a_port_on_this_machine():
 
         listener = threading.Thread(target=accept)
         listener.start()
-        program = attempts(f"socket.create_connection(('127.0.0.1', {port}), timeout=2)",
-                           "socket.create_connection(('1.1.1.1', 53), timeout=2)",
-                           "socket.getaddrinfo('pypi.org', 443)")  # fmt: skip
+        program = attempts(
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=2)",
+            "socket.create_connection(('1.1.1.1', 53), timeout=2)",
+            "socket.getaddrinfo('pypi.org', 443)",
+        )
         outcome = sees(program, ["ENETUNREACH", "ENETUNREACH", "gaierror"])
         listener.join()
     assert outcome.passed, outcome
@@ -212,20 +232,25 @@ def test_no_network_even_to_a_port_on_this_machine():
 def test_a_subprocess_runs_as_nobody_without_privileges():
     if os.geteuid() != 0:
         pytest.skip("the uid rule is for a bench that runs as root")
-    program = ("import subprocess\n"
-               "out = subprocess.run(['sh', '-c', 'id -u; id -g; grep CapEff /proc/self/status || echo no-proc'],"
-               " capture_output=True, text=True).stdout.split()\n"
-               "def seen():\n    return out\n")  # fmt: skip
+    program = (
+        "import subprocess\n"
+        "out = subprocess.run(['sh', '-c', 'id -u; id -g; grep CapEff /proc/self/status || echo no-proc'],"
+        " capture_output=True, text=True).stdout.split()\n"
+        "def seen():\n    return out\n"
+    )
     assert sees(program, ["65534", "65534", "no-proc"]).passed
 
 
 def test_no_namespace_of_its_own_and_no_capabilities():
-    program = ("import ctypes, errno\n"
-               "libc = ctypes.CDLL(None, use_errno=True)\n"
-               "tries = [libc.unshare(0x10000000), errno.errorcode[ctypes.get_errno()]]  # a user namespace: fresh capabilities\n"
-               "tries += [libc.unshare(0x20000), errno.errorcode[ctypes.get_errno()]]  # a mount namespace\n"
-               "tries += [libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), errno.errorcode[ctypes.get_errno()]]\n"
-               "def seen():\n    return tries\n")  # fmt: skip
+    program = (
+        "import ctypes, errno\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "tries = [libc.unshare(0x10000000), errno.errorcode[ctypes.get_errno()]]  # a user namespace: fresh "
+        "capabilities\n"
+        "tries += [libc.unshare(0x20000), errno.errorcode[ctypes.get_errno()]]  # a mount namespace\n"
+        "tries += [libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), errno.errorcode[ctypes.get_errno()]]\n"
+        "def seen():\n    return tries\n"
+    )
     assert sees(program, [-1, "ENOSPC", -1, "EPERM", -1, "EPERM"]).passed
 
 
@@ -244,11 +269,13 @@ def alive(token: str) -> list[str]:
 def test_orphans_die_with_the_sample():
     token = uuid.uuid4().hex
     sleeper = f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])"
-    program = ("import os, sys, time\n"
-               f"if os.fork() == 0:\n    os.setsid()\n    {sleeper}\n"
-               f"if os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n        {sleeper}\n    os._exit(0)\n"
-               "time.sleep(0.5)\n"
-               "def f(x):\n    return x\n")  # fmt: skip
+    program = (
+        "import os, sys, time\n"
+        f"if os.fork() == 0:\n    os.setsid()\n    {sleeper}\n"
+        f"if os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n        {sleeper}\n    os._exit(0)\n"
+        "time.sleep(0.5)\n"
+        "def f(x):\n    return x\n"
+    )
     outcome = judged(program, "def check(c):\n    assert c(1) == 1\n")
     assert outcome.passed, outcome  # the orphans were started and the program went on
     deadline = time.time() + 5
@@ -260,7 +287,8 @@ def test_orphans_die_with_the_sample():
 BENCH_SCRIPT = """
 from dlmcode.bench import sandbox
 
-sleeper = "import os, sys\\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])\\n"
+sleeper = ("import os, sys\\n"
+           "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])\\n")
 sandbox.run(sleeper, "def check(c):\\n    pass\\n", "f", sandbox.Limits(timeout=60), audit=False)
 """
 
@@ -324,15 +352,27 @@ def test_stale_folders_are_removed_only_when_ours_and_their_bench_is_dead(tmp_pa
     assert live.exists() and link.is_symlink() and (target / "keep").read_text() == "mine" and other.exists()
 
 
-@pytest.mark.parametrize("kill", ["os.kill(os.getppid(), 9)", "os.kill(1, 9)", "os.kill(-1, 9)", "os.kill(VICTIM, 9)",
-                                  "os.killpg(VICTIM, 9)", "os.kill(BENCH, 9)", "os.killpg(0, 9)"])  # fmt: skip
+@pytest.mark.parametrize(
+    "kill",
+    [
+        "os.kill(os.getppid(), 9)",
+        "os.kill(1, 9)",
+        "os.kill(-1, 9)",
+        "os.kill(VICTIM, 9)",
+        "os.killpg(VICTIM, 9)",
+        "os.kill(BENCH, 9)",
+        "os.killpg(0, 9)",
+    ],
+)
 def test_nothing_outside_can_be_killed(kill):
     """A process of the jail's own user outside it (the victim) and the bench survive every kill."""
     nobody = {"user": harness.NOBODY, "group": harness.NOBODY} if os.geteuid() == 0 else {}
     victim = subprocess.Popen(["sleep", "30"], start_new_session=True, **nobody)
     try:
-        program = (f"import os\nVICTIM, BENCH = {victim.pid}, {os.getpid()}\n"
-                   f"try:\n    {kill}\nexcept OSError:\n    pass\ndef f(x):\n    return x\n")  # fmt: skip
+        program = (
+            f"import os\nVICTIM, BENCH = {victim.pid}, {os.getpid()}\n"
+            f"try:\n    {kill}\nexcept OSError:\n    pass\ndef f(x):\n    return x\n"
+        )
         outcome = judged(program, "def check(c):\n    assert c(1) == 1\n")
         assert victim.poll() is None
     finally:
@@ -351,8 +391,10 @@ def test_limits_end_hostile_samples_as_failures():
     assert sleepy.status == "timeout" and sleepy.returncode is None and sleepy.seconds < 5
     assert judged("import sys\nwhile True:\n    sys.stdout.write('x' * 10**6)\n").status == "output-limit"
     start = time.perf_counter()
-    forks = judged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-                   limits=dataclasses.replace(FAST, timeout=1.5))  # fmt: skip
+    forks = judged(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        limits=dataclasses.replace(FAST, timeout=1.5),
+    )
     assert not forks.passed and time.perf_counter() - start < 10
 
 
@@ -369,9 +411,13 @@ def test_without_isolation_it_refuses_in_one_line_unless_told_it_is_unsafe(monke
     assert judged("def f(x):\n    return x\n", "def check(c):\n    assert c(1) == 1\n", limits=unsafe).passed
     assert not judged(FAKES["os._exit(0)"], limits=unsafe).passed  # the verdict stays the judge's
     outside = str(tmp_path / "outside.txt")
-    hooked = attempts("socket.socket()", f"open(__import__('pathlib').Path({outside!r}), 'w')",
-                      f"open('x', 'w').close(); os.rename('x', {outside!r})", "subprocess.run(['true'])",
-                      f"os.open({sandbox.python_folders(everything=True)[0]!r}, os.O_RDONLY)")  # a readable dir_fd  # fmt: skip
+    hooked = attempts(
+        "socket.socket()",
+        f"open(__import__('pathlib').Path({outside!r}), 'w')",
+        f"open('x', 'w').close(); os.rename('x', {outside!r})",
+        "subprocess.run(['true'])",
+        f"os.open({sandbox.python_folders(everything=True)[0]!r}, os.O_RDONLY)",
+    )  # a readable dir_fd
     assert sandbox.run(hooked, SEEN.format(expected=["PermissionError"] * 5), "seen", unsafe).passed  # the hook stays
     assert list(tmp_path.iterdir()) == []
 
@@ -383,13 +429,26 @@ def test_dlmcode_bench_refuses_in_one_line_and_runs_unsafe_only_when_told(monkey
 
     model = str(tiny_builtin(tmp_path / "model"))
     suite = tmp_path / "one.jsonl"
-    suite.write_text(json.dumps({"task_id": "t/add", "prompt": "def add(a, b):\n", "canonical_solution": "    return a + b",
-                                 "suffix": "\n", "test": "def check(f):\n    assert f(1, 2) == 3\n", "entry_point": "add"}) + "\n")  # fmt: skip
+    suite.write_text(
+        json.dumps(
+            {
+                "task_id": "t/add",
+                "prompt": "def add(a, b):\n",
+                "canonical_solution": "    return a + b",
+                "suffix": "\n",
+                "test": "def check(f):\n    assert f(1, 2) == 3\n",
+                "entry_point": "add",
+            }
+        )
+        + "\n"
+    )
     args = ["bench", "-s", str(suite), "-m", model, "-d", "low-confidence", "--json", "-q"]
     monkeypatch.setattr(sandbox, "unavailable", lambda: "no user namespaces here")
     refused = CliRunner().invoke(app, args)
     assert refused.exit_code == 1 and refused.stdout == "" and refused.stderr.count("\n") == 1
-    assert refused.stderr.startswith("dlmcode: error: cannot isolate generated code on this machine: no user namespaces here;")
+    assert refused.stderr.startswith(
+        "dlmcode: error: cannot isolate generated code on this machine: no user namespaces here;"
+    )
     assert "--unsafe-no-sandbox" in refused.stderr
     ran = CliRunner().invoke(app, [*args, "--unsafe-no-sandbox"])
     assert ran.exit_code == 0 and json.loads(ran.stdout)["rows"][0]["n"] == 1
@@ -398,32 +457,80 @@ def test_dlmcode_bench_refuses_in_one_line_and_runs_unsafe_only_when_told(monkey
 # ---------------------------------------------------------------- the wire
 
 
-@pytest.mark.parametrize("value", [None, True, False, 0, -1, 2**100, -(2**70), 1.5, float("inf"), -0.0, 3j, "",
-                                   "é\ud800", b"\x00\xff", [], [1, [2, (3,)]], {"a": {1: frozenset({2})}}, {(1, 2): None},
-                                   set(), (None,)])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**100,
+        -(2**70),
+        1.5,
+        float("inf"),
+        -0.0,
+        3j,
+        "",
+        "é\ud800",
+        b"\x00\xff",
+        [],
+        [1, [2, (3,)]],
+        {"a": {1: frozenset({2})}},
+        {(1, 2): None},
+        set(),
+        (None,),
+    ],
+)
 def test_plain_values_cross_the_wire_exactly(value):
     back = harness.decode(harness.encode(value))
     assert back == value and type(back) is type(value) and repr(back) == repr(value)
 
 
-@pytest.mark.parametrize("value", [type("I", (int,), {})(1), type("S", (str,), {})("x"), object(), [1, object()], range(3), iter([]), bytearray(b"x")])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        type("I", (int,), {})(1),
+        type("S", (str,), {})("x"),
+        object(),
+        [1, object()],
+        range(3),
+        iter([]),
+        bytearray(b"x"),
+    ],
+)
 def test_anything_but_exact_builtins_is_refused(value):
     with pytest.raises(harness.WireError):
         harness.encode(value)
 
 
-@pytest.mark.parametrize("data", [b"", b"Q\x00\x00\x00\x00", b"i\x00\x00\x00\x05\x01", b"l\xff\xff\xff\xff",
-                                  b"B\x00\x00\x00\x01x", b"N\x00\x00\x00\x01x", b"f\x00\x00\x00\x03xyz",
-                                  b"S\x00\x00\x00\x01l\x00\x00\x00\x00", b"d\x00\x00\x00\x01l\x00\x00\x00\x00N\x00\x00\x00\x00",
-                                  b"l\x00\x00\x00\x01" * 200 + b"N\x00\x00\x00\x00", harness.encode(1) + b"x",
-                                  b"s\x00\x00\x00\x02\xff\xfe"])  # fmt: skip
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"Q\x00\x00\x00\x00",
+        b"i\x00\x00\x00\x05\x01",
+        b"l\xff\xff\xff\xff",
+        b"B\x00\x00\x00\x01x",
+        b"N\x00\x00\x00\x01x",
+        b"f\x00\x00\x00\x03xyz",
+        b"S\x00\x00\x00\x01l\x00\x00\x00\x00",
+        b"d\x00\x00\x00\x01l\x00\x00\x00\x00N\x00\x00\x00\x00",
+        b"l\x00\x00\x00\x01" * 200 + b"N\x00\x00\x00\x00",
+        harness.encode(1) + b"x",
+        b"s\x00\x00\x00\x02\xff\xfe",
+    ],
+)
 def test_garbage_is_refused(data):
     with pytest.raises(harness.WireError):
         harness.decode(data)
 
 
 def test_free_names_are_what_the_test_takes_from_the_program():
-    test = "import math\nM = 1\ndef check(candidate):\n    x = poly([1], 2)\n    assert candidate(x) == helper(M) + len([])\n"
+    test = (
+        "import math\nM = 1\ndef check(candidate):\n    x = poly([1], 2)\n    assert candidate(x) == helper(M) + "
+        "len([])\n"
+    )
     assert sandbox.free_names(test) == {"poly", "helper"}
 
 
@@ -447,32 +554,50 @@ def quiet_dlm(tmp_path_factory):
 
 
 def test_the_bench_goes_on_after_a_loop_and_a_memory_bomb(quiet_dlm):
-    tests = {"loop": "def check(f):\n    while True:\n        pass\n",
-             "bomb": "def check(f):\n    hog = [bytearray(10**7) for _ in range(10**4)]\n",
-             "ok": "def check(f):\n    assert f() == 1\n"}  # fmt: skip
+    tests = {
+        "loop": "def check(f):\n    while True:\n        pass\n",
+        "bomb": "def check(f):\n    hog = [bytearray(10**7) for _ in range(10**4)]\n",
+        "ok": "def check(f):\n    assert f() == 1\n",
+    }
     tasks = [suites.Task(name, "def f():\n    return 1\n# ", "\n", "note", test, "f") for name, test in tests.items()]
     configs = runner.configs(["low-confidence"], [], [])
     limits = sandbox.Limits(timeout=30, cpu=1, memory_mb=256)  # a wall clock a busy machine cannot reach
     start = time.perf_counter()
     found = list(runner.samples(tasks, configs, quiet_dlm, 0, 8, limits))
     assert [(s.task, s.status, s.passed) for s in found] == [
-        ("loop", "cpu-limit", False), ("bomb", "memory", False), ("ok", "passed", True)]
+        ("loop", "cpu-limit", False),
+        ("bomb", "memory", False),
+        ("ok", "passed", True),
+    ]
     assert time.perf_counter() - start < limits.timeout  # the loop ended at its 1 s of CPU, not the wall clock
     assert all(s.output == "" and s.calls > 0 for s in found)
 
 
 HOSTILE = {
-    "exit": "exit()\n", "os-exit": "import os\nos._exit(0)\n", "atexit": "import atexit, os\natexit.register(os._exit, 0)\n",
-    "killpg": "import os\nos.killpg(0, 9)\n", "kill-all": "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\n",
+    "exit": "exit()\n",
+    "os-exit": "import os\nos._exit(0)\n",
+    "atexit": "import atexit, os\natexit.register(os._exit, 0)\n",
+    "killpg": "import os\nos.killpg(0, 9)\n",
+    "kill-all": "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\n",
     "always-equal": "class E:\n    __eq__ = lambda s, o: True\ndef f(x):\n    return E()\n",
-    "forge": f"import os\nfor fd in range(64):\n    try:\n        os.write(fd, {len(FORGED).to_bytes(4, 'big') + FORGED!r})\n    except OSError:\n        pass\n",
+    "forge": "import os\nfor fd in range(64):\n    try:\n        os.write(fd, "
+    f"{len(FORGED).to_bytes(4, 'big') + FORGED!r})\n    except OSError:\n        pass\n",
     "sleep": "import time\ntime.sleep(60)\n",
-}  # fmt: skip
+}
 
 
 def test_a_bench_over_hostile_tasks_finishes_fails_them_all_and_resumes(quiet_dlm, tmp_path):
-    rows = [{"task_id": f"hostile/{name}", "prompt": code + "# ", "canonical_solution": "x", "suffix": "\n",
-             "test": IMPOSSIBLE, "entry_point": "f"} for name, code in HOSTILE.items()]  # fmt: skip
+    rows = [
+        {
+            "task_id": f"hostile/{name}",
+            "prompt": code + "# ",
+            "canonical_solution": "x",
+            "suffix": "\n",
+            "test": IMPOSSIBLE,
+            "entry_point": "f",
+        }
+        for name, code in HOSTILE.items()
+    ]
     suite = tmp_path / "hostile.jsonl"
     suite.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "out"
@@ -498,16 +623,24 @@ def test_canonical_solutions_of_humaneval_infilling_all_pass_in_the_jail():
     problems = {}
     for task in suites.load("humaneval-infill-single").tasks:
         problems.setdefault("/".join(task.task_id.split("/")[1:3]), task)
-    failed = [(key, outcome.status, outcome.detail) for key, task in problems.items()
-              if not (outcome := sandbox.run(task.code(task.canonical), task.test, task.entry_point)).passed]  # fmt: skip
+    failed = [
+        (key, outcome.status, outcome.detail)
+        for key, task in problems.items()
+        if not (outcome := sandbox.run(task.code(task.canonical), task.test, task.entry_point)).passed
+    ]
     assert len(problems) == 164 and failed == []
 
 
 def installed_packages() -> tuple[list[str], list[str]]:
     """The Python installation's site-packages folders (and the system's dist-packages), and packages in them."""
     base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
-    folders = sorted({p for p in (base["purelib"], base["platlib"], "/usr/lib/python3/dist-packages") if os.path.isdir(p)})
-    names = sorted({p.name for f in folders for p in Path(f).iterdir() if (p / "__init__.py").is_file()} & {"pip", "numpy", "setuptools"})
+    folders = sorted(
+        {p for p in (base["purelib"], base["platlib"], "/usr/lib/python3/dist-packages") if os.path.isdir(p)}
+    )
+    names = sorted(
+        {p.name for f in folders for p in Path(f).iterdir() if (p / "__init__.py").is_file()}
+        & {"pip", "numpy", "setuptools"}
+    )
     return folders, names
 
 
@@ -516,11 +649,14 @@ def test_the_installation_s_packages_cannot_be_imported_even_from_sys_path():
     folders, names = installed_packages()
     if not names:
         pytest.skip("no pip, numpy or setuptools in the installation's site-packages to try")
-    program = (f"import os, sys\nsys.path += {folders!r}\nresult = []\n"
-               f"for name in {names!r}:\n    try:\n        __import__(name)\n        result.append(name)\n    except ImportError:\n        pass\n"
-               f"result += [f for f in {folders!r} if os.path.isdir(f) and os.listdir(f)]\n"
-               "import json, decimal, sqlite3  # the standard library, C extensions included, still imports\n"
-               "def seen():\n    return result\n")  # fmt: skip
+    program = (
+        f"import os, sys\nsys.path += {folders!r}\nresult = []\n"
+        f"for name in {names!r}:\n    try:\n        __import__(name)\n        result.append(name)\n    except "
+        "ImportError:\n        pass\n"
+        f"result += [f for f in {folders!r} if os.path.isdir(f) and os.listdir(f)]\n"
+        "import json, decimal, sqlite3  # the standard library, C extensions included, still imports\n"
+        "def seen():\n    return result\n"
+    )
     outcome = sees(program, [])
     assert outcome.passed, outcome
 
@@ -564,17 +700,24 @@ def test_the_memory_limit_holds_for_the_whole_run_not_each_process():
 
 def test_without_a_cgroup_a_jailed_run_starts_no_process_or_thread(monkeypatch):
     monkeypatch.setattr(cgroup, "place", lambda: None)
-    program = ("import os, threading\nresult = []\n"
-               "for start in (os.fork, lambda: threading.Thread(target=print).start()):\n"
-               "    try:\n        pid = start()\n        if pid == 0:\n            os._exit(0)\n        result.append('started')\n"
-               "    except (OSError, RuntimeError):\n        result.append('refused')\n"
-               "def seen():\n    return result\n")  # fmt: skip
+    program = (
+        "import os, threading\nresult = []\n"
+        "for start in (os.fork, lambda: threading.Thread(target=print).start()):\n"
+        "    try:\n        pid = start()\n        if pid == 0:\n            os._exit(0)\n        "
+        "result.append('started')\n"
+        "    except (OSError, RuntimeError):\n        result.append('refused')\n"
+        "def seen():\n    return result\n"
+    )
     assert sees(program, ["refused", "refused"]).passed
 
 
 @pytest.mark.skipif(cgroup.place() is None, reason="no cgroup with a memory controller here")
 def test_a_run_past_its_memory_as_a_whole_says_memory():
-    program = ("import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        block = b'x' * (200 << 20)\n"
-               "        time.sleep(2)\n        os._exit(0)\ntime.sleep(3)\ndef f(x):\n    return x\n")  # fmt: skip
-    outcome = judged(program, "def check(c):\n    assert c(1) == 2\n", limits=sandbox.Limits(timeout=30, cpu=5, memory_mb=384))
+    program = (
+        "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        block = b'x' * (200 << 20)\n"
+        "        time.sleep(2)\n        os._exit(0)\ntime.sleep(3)\ndef f(x):\n    return x\n"
+    )
+    outcome = judged(
+        program, "def check(c):\n    assert c(1) == 2\n", limits=sandbox.Limits(timeout=30, cpu=5, memory_mb=384)
+    )
     assert outcome.status == "memory" and "memory limit" in outcome.detail, outcome

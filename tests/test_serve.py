@@ -15,7 +15,7 @@ from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
 from dlmcode.serve.request import Fill
-from dlmcode.serve.steps import Cancelled
+from dlmcode.serve.steps import ClientGone
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -419,7 +419,7 @@ def test_a_client_that_left_is_cancelled_and_the_next_one_served():
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16), gone))
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await first
         stopped_at = predict.calls
         answer = await second
@@ -443,7 +443,7 @@ def test_a_waiting_request_whose_client_left_never_runs():
         await asyncio.sleep(0.01)
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1), always_gone))
         answer = await first
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await second
         return answer
 
@@ -467,3 +467,19 @@ def test_api_key_is_required_in_every_protocol(path, body, message):
         assert r.status_code == 401 and "API key" in message(r.json())
     assert c.get("/health").status_code == 200  # as llama.cpp: health needs no key
     assert c.post(path, json={**body, "stream": False}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_the_guard_is_a_server_wide_setting_too(batch):
+    # `dlmcode serve -d threshold -o guard=true`: the options as the CLI parses them, over the recorded llama.vim body
+    from dlmcode import decoders
+
+    dlm, _ = tiny_dlm(PREFIX, SCRIPT)  # unindented after `def add(a, b):` the script would break the file
+    options = decoders.parse_options(["guard=true"])
+    c = TestClient(make_app(Engine(dlm, "threshold", options, lang="python", batch=batch)))
+    got = c.post("/infill", json={**llama_vim_body(PREFIX, "", SUFFIX), "n_predict": 20, "t_max_predict_ms": 0}).json()
+    r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}).json()
+    assert r["dlmcode"]["settings"]["guard"] is True and got["content"] == r["content"] != SCRIPT
+    assert compile(PREFIX.rstrip(" ") + "    " + r["content"] + SUFFIX, "<fill>", "exec")
+    off = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "options": {"guard": False}}).json()
+    assert off["content"] == SCRIPT  # per request, as any setting

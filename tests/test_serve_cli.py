@@ -1,4 +1,5 @@
-"""The `dlmcode serve` command: bad options fail before the model loads, a busy port is one line, Ctrl-C stops cleanly."""
+"""The `dlmcode serve` command: bad options fail before the model loads, a busy port
+is one line, Ctrl-C stops cleanly."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def test_unknown_decoder_and_bad_port_are_usage_errors():
     assert r.exit_code == 2 and "has no setting 'tau'" in r.output
     r = runner.invoke(app, ["serve", "--port", "70000"])
     assert r.exit_code == 2 and "--port 70000" in r.output
+    for size in ("0", "65"):
+        r = runner.invoke(app, ["serve", "--batch", size])
+        assert (
+            r.exit_code == 2
+            and r.output.strip() == f"dlmcode: error: --batch {size}: give 1 to 64 decodes sharing a forward"
+        )
 
 
 def test_a_busy_port_is_one_line():
@@ -51,8 +58,13 @@ def serving(*options: str, env: dict | None = None) -> Iterator[tuple[subprocess
     """`dlmcode serve` on a free port of 127.0.0.1, once /health answers; killed on the way out."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "dlmcode", "serve", "--port", str(port), *options], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), *options],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -75,8 +87,13 @@ def stop(proc: subprocess.Popen, sig: int) -> tuple[str, str, float]:
     return out, err, time.monotonic() - start
 
 
-SLOW = {"input_prefix": "def f(x):\n    return [x for x in range(10)]\n" * 40, "n_predict": 32, "n_cmpl": 4,
-        "options": {"block": 1}, "temperature": 1.0}  # 4 decodes of 32 calls without a cache: about 7 s here
+SLOW = {
+    "input_prefix": "def f(x):\n    return [x for x in range(10)]\n" * 40,
+    "n_predict": 32,
+    "n_cmpl": 4,
+    "options": {"block": 1},
+    "temperature": 1.0,
+}  # 4 decodes of 32 calls without a cache: about 7 s here
 
 
 def in_background(url: str, body: dict, headers: dict | None = None) -> threading.Thread:
@@ -130,8 +147,13 @@ def test_health_answers_while_a_huge_request_is_in_flight():
     with serving() as (proc, url):
         before = rss_mb(proc.pid)
         answers: list = []
-        thread = threading.Thread(target=lambda: answers.append(httpx.post(f"{url}/infill", json={
-            "input_prefix": prefix, "input_suffix": "\n", "n_predict": 8}, timeout=120)))
+        thread = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(
+                    f"{url}/infill", json={"input_prefix": prefix, "input_suffix": "\n", "n_predict": 8}, timeout=120
+                )
+            )
+        )
         started = time.monotonic()
         thread.start()
         waits = []
@@ -160,3 +182,4 @@ def test_serve_defaults_are_the_measured_ones(monkeypatch):
     engine = seen["engine"]
     assert (seen["host"], seen["key"]) == ("127.0.0.1", None)
     assert (engine.cache, engine.options) == ("dual", {"block": "8"})
+    assert engine.batch == 4  # docs/serve.md: the best median at 2 to 4 clients, half the memory of 8

@@ -16,12 +16,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
-from serve_tiny import tiny_dlm
 
 from dlmcode.models import load
 from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
+
+from serve_tiny import tiny_dlm
 
 openai = pytest.importorskip("openai")
 
@@ -52,7 +53,7 @@ def serving(app) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield "http://127.0.0.1:%d" % sock.getsockname()[1]
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
@@ -97,18 +98,39 @@ def test_openai_client_gets_errors_it_understands(base):
 
 def test_llama_vim_request_over_http(base, engine):
     # llama.vim autoload/llama.vim: the FIM request body (see test_serve.llama_vim_body), sent by curl with the key
-    body = {"id_slot": 0, "input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [], "prompt": "",
-            "n_predict": 128, "stop": [], "n_indent": 8, "top_k": 40, "top_p": 0.90,
-            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
-            "t_max_prompt_ms": 500, "t_max_predict_ms": 60000, "response_fields": ["content", "truncated"]}
+    body = {
+        "id_slot": 0,
+        "input_prefix": PREFIX,
+        "input_suffix": SUFFIX,
+        "input_extra": [],
+        "prompt": "",
+        "n_predict": 128,
+        "stop": [],
+        "n_indent": 8,
+        "top_k": 40,
+        "top_p": 0.90,
+        "samplers": ["top_k", "top_p", "infill"],
+        "stream": False,
+        "cache_prompt": True,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 60000,
+        "response_fields": ["content", "truncated"],
+    }
     r = httpx.post(f"{base}/infill", json=body, headers={"Authorization": "Bearer k"}, timeout=60)
     want = engine.run(Fill(PREFIX, SUFFIX, ceiling=128, min_indent=8)).text
     assert r.json() == {"content": want, "truncated": False}
 
 
 def test_ollama_stream_over_http(base, engine):
-    body = {"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "options": {"num_predict": 24}}  # stream: default true
-    with httpx.stream("POST", f"{base}/api/generate", json=body, headers={"Authorization": "Bearer k"}, timeout=60) as r:
+    body = {
+        "model": "dlmcode",
+        "prompt": PREFIX,
+        "suffix": SUFFIX,
+        "options": {"num_predict": 24},
+    }  # stream: default true
+    with httpx.stream(
+        "POST", f"{base}/api/generate", json=body, headers={"Authorization": "Bearer k"}, timeout=60
+    ) as r:
         lines = [json.loads(line) for line in r.iter_lines() if line]
     assert lines[-1]["done"] is True
     assert "".join(x["response"] for x in lines) == expected(engine, PREFIX, SUFFIX, 24)
@@ -120,8 +142,12 @@ def test_many_clients_at_once_each_answered_once(base, engine):
     lock = threading.Lock()
 
     def one():
-        r = httpx.post(f"{base}/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16},
-                       headers={"Authorization": "Bearer k"}, timeout=120)
+        r = httpx.post(
+            f"{base}/infill",
+            json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16},
+            headers={"Authorization": "Bearer k"},
+            timeout=120,
+        )
         with lock:
             results.append(r.json()["content"])
 
@@ -166,12 +192,18 @@ def test_a_disconnected_client_is_cancelled():
     slow = json.dumps({"input_prefix": "x = ", "input_suffix": "\n", "n_predict": 32}).encode()  # 32 holes: 32 calls
     with serving(app) as url:
         client = socket.create_connection((httpx.URL(url).host, httpx.URL(url).port))
-        client.sendall(b"POST /infill HTTP/1.1\r\nHost: dlmcode\r\nAuthorization: Bearer k\r\n"
-                       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(slow), slow))
+        client.sendall(
+            b"POST /infill HTTP/1.1\r\nHost: dlmcode\r\nAuthorization: Bearer k\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(slow), slow)
+        )
         assert held.started.wait(60)
         client.close()  # the client goes while its decode waits in its first call
-        r = httpx.post(f"{url}/infill", json={"input_prefix": "x = ", "input_suffix": "\n", "n_predict": 8},
-                       headers={"Authorization": "Bearer k"}, timeout=60)  # FIFO: answered after the first decode ended
+        r = httpx.post(
+            f"{url}/infill",
+            json={"input_prefix": "x = ", "input_suffix": "\n", "n_predict": 8},
+            headers={"Authorization": "Bearer k"},
+            timeout=60,
+        )  # FIFO: answered after the first decode ended
     assert r.status_code == 200 and r.json()["content"] == "41 + 1"
     assert queue.counters.cancelled == 1 and queue.counters.failed == 0
     assert held.calls < 32  # the cancelled decode stopped after its first step

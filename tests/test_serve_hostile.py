@@ -1,17 +1,19 @@
-"""dlmcode serve against hostile requests: each is a one-line 4xx in its protocol's shape, and the server keeps serving."""
+"""dlmcode serve against hostile requests: each is a one-line 4xx in its protocol's
+shape, and the server keeps serving."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from serve_tiny import MASK, CharTokenizer, tiny_dlm
 from starlette.testclient import TestClient
 
 from dlmcode.serve import body as bodies
 from dlmcode.serve import warning
 from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
+
+from serve_tiny import MASK, CharTokenizer, tiny_dlm
 
 PREFIX, SUFFIX, SCRIPT = "x = ", "\n", "41 + 1"
 
@@ -120,8 +122,11 @@ def test_lone_surrogates_are_a_400_naming_the_field(c, path, raw, field):
 
 
 def test_a_surrogate_pair_is_one_character_and_taken(c):
-    r = c.post("/infill", content=b'{"input_prefix": "x = \\ud83d\\ude00\\nx = ", "n_predict": 4}',
-               headers={"content-type": "application/json"})
+    r = c.post(
+        "/infill",
+        content=b'{"input_prefix": "x = \\ud83d\\ude00\\nx = ", "n_predict": 4}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -151,14 +156,18 @@ def test_oversized_bodies_are_413_declared_or_not(c):
 
 
 def test_header_games(c):
-    r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16},
-               headers={"content-type": "text/plain", "authorization": "Bearer whatever"})
+    r = c.post(
+        "/infill",
+        json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16},
+        headers={"content-type": "text/plain", "authorization": "Bearer whatever"},
+    )
     assert r.status_code == 200  # no key configured: a stray key is ignored; the content type is not trusted anyway
     still_serving(c)
 
 
 class MaskReadingTokenizer(CharTokenizer):
-    """The char tokenizer, but "[MASK]" in the text is the mask token, as with a BPE tokenizer whose special tokens are on."""
+    """The char tokenizer, but "[MASK]" in the text is the mask token, as with a BPE tokenizer whose special tokens are
+    on."""
 
     def encode(self, text: str) -> list[int]:
         parts = [CharTokenizer.encode(self, part) for part in text.split("[MASK]")]
@@ -208,8 +217,15 @@ def test_a_huge_prefix_and_suffix_are_trimmed_before_any_tokenizing():
     dlm.tokenizer.encode = lambda text: seen.append(len(text)) or encode(text)
     client = TestClient(make_app(Engine(dlm, lang="python")))
     far = "y = 1\n" * 300_000  # 1.8 MB on each side and in input_extra
-    r = client.post("/infill", json={"input_prefix": far + PREFIX, "input_suffix": SUFFIX + far, "n_predict": 16,
-                                     "input_extra": [{"filename": "a.py", "text": far}]})
+    r = client.post(
+        "/infill",
+        json={
+            "input_prefix": far + PREFIX,
+            "input_suffix": SUFFIX + far,
+            "n_predict": 16,
+            "input_extra": [{"filename": "a.py", "text": far}],
+        },
+    )
     assert r.status_code == 200 and r.json()["truncated"] is True
     assert max(seen) <= trim.budget(dlm.context), max(seen)
 
@@ -232,7 +248,7 @@ def test_stopping_the_queue_cancels_the_decode_in_flight():
 
     from dlmcode.serve.queue import Queue
     from dlmcode.serve.request import Fill
-    from dlmcode.serve.steps import Cancelled
+    from dlmcode.serve.steps import ClientGone
 
     dlm, _ = tiny_dlm(PREFIX, SCRIPT * 8, delay=0.2)
     queue = Queue(Engine(dlm, options={"block": "1"}, lines=0))
@@ -240,7 +256,7 @@ def test_stopping_the_queue_cancels_the_decode_in_flight():
     async def ask():
         asyncio.get_running_loop().call_later(0.3, queue.stop)
         start = clock.monotonic()
-        with pytest.raises(Cancelled):
+        with pytest.raises(ClientGone):
             await queue.answer(Fill(prefix=PREFIX, suffix=SUFFIX, ceiling=40))
         return clock.monotonic() - start
 

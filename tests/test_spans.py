@@ -93,7 +93,7 @@ def put_back(plan, tokenizer, originals: list[str]) -> Canvas:
     An empty original (a blank line) still has a one-token hole: PAD fills it, for drop_ids.
     """
     canvas = plan.canvas
-    for pos, original in zip(plan.positions, originals):
+    for pos, original in zip(plan.positions, originals, strict=True):
         ids = tokenizer.encode(original) or [PAD]
         assert len(ids) == len(pos), (original, len(ids), len(pos))
         canvas = canvas.fill(torch.tensor(list(pos)), torch.tensor(ids))
@@ -102,7 +102,7 @@ def put_back(plan, tokenizer, originals: list[str]) -> Canvas:
 
 def fill_ids(plan, ids_per_hole: list[list[int]]) -> Canvas:
     canvas = plan.canvas
-    for pos, ids in zip(plan.positions, ids_per_hole):
+    for pos, ids in zip(plan.positions, ids_per_hole, strict=True):
         canvas = canvas.fill(torch.tensor(list(pos)), torch.tensor(ids))
     return canvas
 
@@ -285,7 +285,7 @@ def test_bare_marker_lengths():
 
 
 def test_markers_round_trip(tok):
-    regions = ["value + 1", "if x:\n        return 'ï'", "[]", "print(\"日本\")"]
+    regions = ["value + 1", "if x:\n        return 'ï'", "[]", 'print("日本")']
     template = "def g(x):\n    y = {}\n    {}\n    return {}\n{}\n"
     text = template.format(*regions)
     marked = template.format(*(f"⟦fill:{len(tok.encode(r))}⟧" for r in regions))
@@ -302,7 +302,16 @@ def test_markers_round_trip(tok):
 def test_markers_canvas_layout_exact():
     c = Chars()
     plan = plan_infill("a⟦fill:2⟧b\n⟦fill:1⟧\n", Vocab(c, MASK, 1000, bos_id=BOS, eos_id=EOS), None, None)
-    assert plan.canvas.tokens.tolist() == [BOS, *c.encode("a"), MASK, MASK, *c.encode("b\n"), MASK, *c.encode("\n"), EOS]
+    assert plan.canvas.tokens.tolist() == [
+        BOS,
+        *c.encode("a"),
+        MASK,
+        MASK,
+        *c.encode("b\n"),
+        MASK,
+        *c.encode("\n"),
+        EOS,
+    ]
     assert plan.positions == (range(2, 4), range(6, 7))
     assert plan.holes == (Hole(1, 9, 2), Hole(11, 19, 1))
 
@@ -353,7 +362,10 @@ def test_holes_and_middles_longer_than_context():
     text = "⟦fill:4⟧\n" + "x" * 20 + "\n⟦fill:4⟧\n"
     with pytest.raises(UsageError) as err:
         plan_infill(text, Vocab(Chars(), MASK, 20), None, None)
-    assert str(err.value) == "the holes and the text between them need 30 tokens, more than the model's context (20 tokens)"
+    assert (
+        str(err.value)
+        == "the holes and the text between them need 30 tokens, more than the model's context (20 tokens)"
+    )
 
 
 def test_mask_token_in_text_is_refused(bpe):

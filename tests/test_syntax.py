@@ -23,15 +23,23 @@ REPO = Path(__file__).resolve().parent.parent
 
 # A valid program per language, with the constructs a fill usually touches.
 VALID = {
-    "python": "import os\n\n\nclass A:\n    def f(self, x: int) -> int:\n        if x:\n            return [i for i in range(x)][0]\n        return os.getpid()\n",
-    "javascript": "import fs from 'fs';\n\nfunction f(x) {\n  const ys = [1, 2].map((y) => y + x);\n  return <div>{ys}</div>;\n}\n\nexport default f;\n",
-    "typescript": "interface P { x: number }\n\nfunction f<T>(p: P, t: T): T {\n  const y = <number>p.x;\n  return t;\n}\n",
-    "tsx": "type P = { x: number };\n\nexport const A = (p: P) => {\n  return <div className=\"a\">{p.x}</div>;\n};\n",
-    "go": "package main\n\nimport \"fmt\"\n\nfunc f(xs []int) int {\n\tfor _, x := range xs {\n\t\tfmt.Println(x)\n\t}\n\treturn len(xs)\n}\n",
-    "rust": "use std::collections::HashMap;\n\nfn f(xs: &[i32]) -> HashMap<i32, usize> {\n    let mut m = HashMap::new();\n    for (i, x) in xs.iter().enumerate() {\n        m.insert(*x, i);\n    }\n    m\n}\n",
-    "java": "import java.util.List;\n\nclass A {\n  int f(List<Integer> xs) {\n    int s = 0;\n    for (int x : xs) { s += x; }\n    return s;\n  }\n}\n",
-    "c": "#include <stdio.h>\n\nstatic int f(const int *xs, int n) {\n  int s = 0;\n  for (int i = 0; i < n; i++) s += xs[i];\n  return s;\n}\n",
-    "cpp": "#include <vector>\n\ntemplate <typename T>\nT f(const std::vector<T>& xs) {\n  T s{};\n  for (auto& x : xs) s += x;\n  return s;\n}\n",
+    "python": "import os\n\n\nclass A:\n    def f(self, x: int) -> int:\n        if x:\n            return [i for i in "
+    "range(x)][0]\n        return os.getpid()\n",
+    "javascript": "import fs from 'fs';\n\nfunction f(x) {\n  const ys = [1, 2].map((y) => y + x);\n  return "
+    "<div>{ys}</div>;\n}\n\nexport default f;\n",
+    "typescript": "interface P { x: number }\n\nfunction f<T>(p: P, t: T): T {\n  const y = <number>p.x;\n  return "
+    "t;\n}\n",
+    "tsx": 'type P = { x: number };\n\nexport const A = (p: P) => {\n  return <div className="a">{p.x}</div>;\n};\n',
+    "go": 'package main\n\nimport "fmt"\n\nfunc f(xs []int) int {\n\tfor _, x := range xs '
+    "{\n\t\tfmt.Println(x)\n\t}\n\treturn len(xs)\n}\n",
+    "rust": "use std::collections::HashMap;\n\nfn f(xs: &[i32]) -> HashMap<i32, usize> {\n    let mut m = "
+    "HashMap::new();\n    for (i, x) in xs.iter().enumerate() {\n        m.insert(*x, i);\n    }\n    m\n}\n",
+    "java": "import java.util.List;\n\nclass A {\n  int f(List<Integer> xs) {\n    int s = 0;\n    for (int x : xs) { "
+    "s += x; }\n    return s;\n  }\n}\n",
+    "c": "#include <stdio.h>\n\nstatic int f(const int *xs, int n) {\n  int s = 0;\n  for (int i = 0; i < n; i++) s += "
+    "xs[i];\n  return s;\n}\n",
+    "cpp": "#include <vector>\n\ntemplate <typename T>\nT f(const std::vector<T>& xs) {\n  T s{};\n  for (auto& x : "
+    "xs) s += x;\n  return s;\n}\n",
 }
 
 # A broken program per language and the line of its first problem.
@@ -75,8 +83,15 @@ def test_missing_token_is_named_with_byte_positions():
     report = check('const s = "é";\nconst y = f(s;\n', "js")
     line_start = len('const s = "é";\n'.encode())
     assert report.problems == (
-        Problem(line=2, column=13, kind="MISSING", message="missing ')'",
-                start_byte=line_start + 13, end_byte=line_start + 13, end_line=2),
+        Problem(
+            line=2,
+            column=13,
+            kind="MISSING",
+            message="missing ')'",
+            start_byte=line_start + 13,
+            end_byte=line_start + 13,
+            end_line=2,
+        ),
     )
     report = check('const s = "é"; const y = f(s;\n', "js")
     assert report.problems[0].column == len('const s = "é"; const y = f(s'.encode())
@@ -151,8 +166,17 @@ def test_report_to_dict():
         "lang": "python",
         "ok": False,
         "errors": 1,
-        "problems": [{"line": 2, "column": 4, "kind": "compile", "message": "unexpected indent",
-                      "start_byte": 9, "end_byte": 9, "end_line": 2}],
+        "problems": [
+            {
+                "line": 2,
+                "column": 4,
+                "kind": "compile",
+                "message": "unexpected indent",
+                "start_byte": 9,
+                "end_byte": 9,
+                "end_line": 2,
+            }
+        ],
     }
 
 
@@ -175,7 +199,10 @@ def test_unchanged_file_is_not_broken(text, lang):
 
 def test_not_broken_to_dict():
     assert breakage(PY, PY, "python").to_dict() == {
-        "broken": False, "new_errors": 0, "first_line": None, "touches_span": False,
+        "broken": False,
+        "new_errors": 0,
+        "first_line": None,
+        "touches_span": False,
     }
 
 
@@ -227,7 +254,10 @@ def test_fill_with_unclosed_bracket_is_broken_in_the_span(before, lang, line, fi
     assert result.first_line == line
     assert result.touches_span is True
     assert result.to_dict() == {
-        "broken": True, "new_errors": result.new_errors, "first_line": line, "touches_span": True,
+        "broken": True,
+        "new_errors": result.new_errors,
+        "first_line": line,
+        "touches_span": True,
     }
 
 
@@ -275,10 +305,22 @@ def test_breakage_rejects_a_bad_span():
 
 @pytest.mark.parametrize(
     ("path", "lang"),
-    [("a/b.py", "python"), ("x.PY", "python"), ("x.pyi", "python"), ("x.mjs", "javascript"),
-     ("x.jsx", "javascript"), ("x.ts", "typescript"), ("x.tsx", "tsx"), ("x.go", "go"),
-     ("x.rs", "rust"), ("X.java", "java"), ("x.c", "c"), ("x.h", "c"), ("x.cc", "cpp"),
-     ("x.hpp", "cpp")],
+    [
+        ("a/b.py", "python"),
+        ("x.PY", "python"),
+        ("x.pyi", "python"),
+        ("x.mjs", "javascript"),
+        ("x.jsx", "javascript"),
+        ("x.ts", "typescript"),
+        ("x.tsx", "tsx"),
+        ("x.go", "go"),
+        ("x.rs", "rust"),
+        ("X.java", "java"),
+        ("x.c", "c"),
+        ("x.h", "c"),
+        ("x.cc", "cpp"),
+        ("x.hpp", "cpp"),
+    ],
 )
 def test_language_for_extension(path, lang):
     assert language_for(path) == lang
@@ -286,8 +328,18 @@ def test_language_for_extension(path, lang):
 
 @pytest.mark.parametrize(
     ("alias", "lang"),
-    [("py", "python"), ("Python", "python"), ("js", "javascript"), ("ts", "typescript"),
-     ("tsx", "tsx"), ("golang", "go"), ("rs", "rust"), ("c++", "cpp"), ("cxx", "cpp"), ("c", "c")],
+    [
+        ("py", "python"),
+        ("Python", "python"),
+        ("js", "javascript"),
+        ("ts", "typescript"),
+        ("tsx", "tsx"),
+        ("golang", "go"),
+        ("rs", "rust"),
+        ("c++", "cpp"),
+        ("cxx", "cpp"),
+        ("c", "c"),
+    ],
 )
 def test_language_for_alias(alias, lang):
     assert language_for(lang=alias) == lang
@@ -340,8 +392,10 @@ def test_a_clash_in_the_table_is_refused():
 
 
 def test_import_loads_neither_tree_sitter_nor_the_table():
-    code = ("import sys, dlmcode.text.syntax; "
-            "print(sorted(m for m in ('tree_sitter', 'tomllib', 'importlib.resources') if m in sys.modules))")
+    code = (
+        "import sys, dlmcode.text.syntax; "
+        "print(sorted(m for m in ('tree_sitter', 'tomllib', 'importlib.resources') if m in sys.modules))"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]"

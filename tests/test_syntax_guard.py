@@ -81,7 +81,11 @@ def test_a_proposal_inside_an_error_region_is_not_committed():
     predict = Scripted(sure | {4: (BAD, 11.0), 5: (GOOD, 11.5)})
     guard = SyntaxGuard(flags=True, factor=1.0, floor=1, spread=False, repairs=0, oracle=BadToken(lambda p: [p, p + 1]))
     steps = decode(guard, canvas(6), predict)
-    assert trace(steps) == [([2, 3, 6, 7], []), ([5], []), ([4], [])]  # then only the most confident flagged one per call
+    assert trace(steps) == [
+        ([2, 3, 6, 7], []),
+        ([5], []),
+        ([4], []),
+    ]  # then only the most confident flagged one per call
     assert steps[0].info["flagged"] == 2.0
     assert steps[-1].canvas.tokens[2:8].tolist() == [GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
 
@@ -91,8 +95,18 @@ def test_a_persisting_error_reopens_committed_tokens_within_budget_then_the_brok
     # From call 2 on position 3 proposes BAD, whose error covers committed position 2.
     first = {2: (GOOD, 12.0), 3: (GOOD, 1.0), 4: (GOOD, 0.5)}
     later = {2: (GOOD, 12.0), 3: (BAD, 1.0), 4: (GOOD, 0.5)}
-    guard = SyntaxGuard(flags=True, factor=0.1, floor=1, topup=False, spread=False, patience=2, reopen=0.5, reopen_per_call=1, repairs=1,
-                        oracle=BadToken(lambda p: [p - 1, p]))  # fmt: skip
+    guard = SyntaxGuard(
+        flags=True,
+        factor=0.1,
+        floor=1,
+        topup=False,
+        spread=False,
+        patience=2,
+        reopen=0.5,
+        reopen_per_call=1,
+        repairs=1,
+        oracle=BadToken(lambda p: [p - 1, p]),
+    )
     steps = decode(guard, canvas(3), Scripted(first, later))
     assert trace(steps) == [
         ([2], []),  # only the sure one
@@ -117,9 +131,13 @@ def test_a_repair_reopens_the_smallest_new_error_region_cut_to_repair_size():
     predict = Scripted(sure | {7: (BAD, 12.0)}, sure)  # call 1 drafts BAD at 7, later calls GOOD
     guard = SyntaxGuard(flags=True, factor=1.0, floor=1, spread=False, repairs=2, oracle=two_regions)
     steps = decode(guard, canvas(7), predict)
-    assert trace(steps) == [([2, 3, 4, 5, 6, 7, 8], []), ([7], [7])], "the one-token region is repaired, then it is valid"
+    assert trace(steps) == [([2, 3, 4, 5, 6, 7, 8], []), ([7], [7])], (
+        "the one-token region is repaired, then it is valid"
+    )
     assert steps[-1].canvas.tokens[7] == GOOD
-    cut = SyntaxGuard(repair_size=2, oracle=lambda t: Verdict(torch.zeros(10, dtype=torch.bool), (torch.tensor([2, 3, 4]),), True))
+    cut = SyntaxGuard(
+        repair_size=2, oracle=lambda t: Verdict(torch.zeros(10, dtype=torch.bool), (torch.tensor([2, 3, 4]),), True)
+    )
     assert cut.broken_region(canvas(7)).tolist() == [2, 3]
     assert SyntaxGuard(oracle=two_regions).broken_region(Canvas(torch.tensor([3, 4] + [GOOD] * 7 + [5]), MASK)) is None
 
@@ -186,9 +204,13 @@ def test_a_job_without_a_language_says_so_in_one_line():
 def test_topup_fills_the_floor_with_the_most_confident_flagged_proposals():
     # holes 2..5: only 2 is safe; 3, 4, 5 propose BAD with confidences ranked 4 > 5 > 3.
     predict = Scripted({2: (GOOD, 1.0), 3: (BAD, 1.0), 4: (BAD, 3.0), 5: (BAD, 2.0)})
-    topped = SyntaxGuard(flags=True, factor=0.01, floor=3, topup=True, spread=False, repairs=0, reopen=0.0, oracle=BadToken())
+    topped = SyntaxGuard(
+        flags=True, factor=0.01, floor=3, topup=True, spread=False, repairs=0, reopen=0.0, oracle=BadToken()
+    )
     assert trace(decode(topped, canvas(4), predict))[0] == ([2, 4, 5], [])
-    plain = SyntaxGuard(flags=True, factor=0.01, floor=3, topup=False, spread=False, repairs=0, reopen=0.0, oracle=BadToken())
+    plain = SyntaxGuard(
+        flags=True, factor=0.01, floor=3, topup=False, spread=False, repairs=0, reopen=0.0, oracle=BadToken()
+    )
     assert trace(decode(plain, canvas(4), Scripted(predict.script[0])))[:2] == [([2], []), ([4], [])]
 
 

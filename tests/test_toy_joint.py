@@ -141,7 +141,9 @@ def test_codila_mixes_no_phrase_where_threshold_does_at_the_same_tpf():
     try:
         for support, vocab, tau, steps in [(CITIES, 6, 0.3, 300), (DIGITS, 8, 0.2, 600)]:
             block = len(support[0])  # one CoDiLA block holds the whole phrase
-            ours = measure("codila", {"block": block, "assistant": trained_assistant(support, vocab, steps)}, support, vocab)
+            ours = measure(
+                "codila", {"block": block, "assistant": trained_assistant(support, vocab, steps)}, support, vocab
+            )
             theirs = measure("threshold", {"tau": tau}, support, vocab)
             assert ours == (0.0, block) and theirs[1] == block and theirs[0] > 0.5, (support, ours, theirs)
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sysconfig
 from dataclasses import replace
@@ -12,13 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-from dlmcode.bench import heldout as H  # noqa: E402
-from dlmcode.core.errors import UsageError  # noqa: E402
-from dlmcode.models import builtin  # noqa: E402
-from dlmcode.training import data as D  # noqa: E402
-from dlmcode.training import train as T  # noqa: E402
+from dlmcode.bench import heldout as H
+from dlmcode.core.errors import UsageError
+from dlmcode.models import builtin
+from dlmcode.training import data as D
+from dlmcode.training import train as T
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FILES = ["textwrap.py", "shlex.py", "glob.py", "fnmatch.py", "bisect.py", "colorsys.py"]
@@ -38,9 +35,21 @@ def mini_stdlib(tmp_path_factory) -> Path:
 
 def micro(root: Path, out: Path, **kw) -> T.TrainConfig:
     base = T.TrainConfig(
-        out=str(out), stdlib=str(root), minutes=5, vocab_size=384, dim=32, n_layers=2, n_heads=2,
-        seq=64, batch=8, lr=3e-3, warmup_steps=5, log_every=5, eval_windows=8, ckpt_minutes=100,
-    )  # fmt: skip
+        out=str(out),
+        stdlib=str(root),
+        minutes=5,
+        vocab_size=384,
+        dim=32,
+        n_layers=2,
+        n_heads=2,
+        seq=64,
+        batch=8,
+        lr=3e-3,
+        warmup_steps=5,
+        log_every=5,
+        eval_windows=8,
+        ckpt_minutes=100,
+    )
     return replace(base, **kw)
 
 
@@ -111,7 +120,9 @@ def test_wall_time_schedule():
 
 
 def test_overrides_reject_unknown_keys():
-    assert T.parse_overrides(["dim=64", "bf16=false", "lr=1e-3"]) == replace(T.TrainConfig(), dim=64, bf16=False, lr=1e-3)
+    assert T.parse_overrides(["dim=64", "bf16=false", "lr=1e-3"]) == replace(
+        T.TrainConfig(), dim=64, bf16=False, lr=1e-3
+    )
     with pytest.raises(UsageError, match="nope"):
         T.parse_overrides(["nope=1"])
 
@@ -134,12 +145,14 @@ def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path):
     inline = T.batches(stream, line_end, cfg, 5)
     first = [next(inline) for _ in range(3)]
     again = T.step_batch(stream, line_end, cfg, 6)
-    assert all(torch.equal(a, b) for a, b in zip(first[1], again))  # step 6 is the same batch however it is reached
+    assert all(
+        torch.equal(a, b) for a, b in zip(first[1], again, strict=True)
+    )  # step 6 is the same batch however it is reached
     assert not torch.equal(first[0][0], first[1][0])
     forked = T.batches(stream, line_end, replace(cfg, workers=2), 5)
     for expected in first:
         got = next(forked)
-        assert all(torch.equal(a, b) for a, b in zip(expected, got))
+        assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
     forked.close()
 
 
@@ -149,7 +162,10 @@ def test_resume_is_exact(mini_stdlib, tmp_path):
     straight = list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=12, **kw)))
     list(T.train(micro(mini_stdlib, tmp_path / "b", max_steps=6, **kw)))
     resumed = list(T.train(micro(mini_stdlib, tmp_path / "b", max_steps=12, **kw)))
-    losses = lambda records: {r["step"]: r["loss"] for r in records if "loss" in r}  # noqa: E731
+
+    def losses(records):
+        return {r["step"]: r["loss"] for r in records if "loss" in r}
+
     assert next(r for r in resumed if r.get("event") == "resumed")["step"] == 6
     assert sorted(losses(resumed)) == list(range(7, 13))
     assert losses(resumed) == {k: v for k, v in losses(straight).items() if k > 6}
@@ -162,7 +178,9 @@ def test_training_from_a_tokenized_corpus(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     files = [build.File("stdlib", "3", f"stdlib/{name}", (STDLIB / name).read_text(), "train") for name in FILES]
-    files += [build.File("pkg", "1", f"pkg/m{i}.py", f"def f{i}(x):\n    return x + {i}\n", "train") for i in range(1000)]
+    files += [
+        build.File("pkg", "1", f"pkg/m{i}.py", f"def f{i}(x):\n    return x + {i}\n", "train") for i in range(1000)
+    ]
     build.write_jsonl(corpus / "train.jsonl.gz", files)
     last = list(tokens.tokenize(corpus, tmp_path / "tok", vocab_size=384))[-1]
     valid = [f for f in files if tokens.is_valid(f.path)]
@@ -203,10 +221,15 @@ def test_init_continues_a_saved_model_at_a_longer_context(mini_stdlib, tmp_path)
     before = builtin.load_model(src, torch.device("cpu"), torch.float32)
     after = builtin.load_model(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
     assert after.cfg.context == 128 and before.cfg.context == 64
-    assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(before.state_dict().values(), after.state_dict().values(), strict=True)
+    )
     fresh = micro(mini_stdlib, tmp_path / "c", max_steps=1, lr=0.0)
     list(T.train(fresh))
-    assert not torch.equal(builtin.load_model(tmp_path / "c" / "last", torch.device("cpu"), torch.float32).embed.weight, before.embed.weight)
+    assert not torch.equal(
+        builtin.load_model(tmp_path / "c" / "last", torch.device("cpu"), torch.float32).embed.weight,
+        before.embed.weight,
+    )
     with pytest.raises(UsageError, match="its dim is 32, this run's is 48"):
         list(T.train(micro(mini_stdlib, tmp_path / "d", max_steps=1, dim=48, init=str(src))))
     with pytest.raises(UsageError, match="its tokenizer is not the training data's"):
@@ -219,8 +242,22 @@ def test_dlmcode_train_exports_the_best_model_with_its_card(mini_stdlib, tmp_pat
     from dlmcode.cli.commands import app
 
     out, ship = tmp_path / "run", tmp_path / "ship"
-    settings = [f"-o{k}={v}" for k, v in [("out", out), ("stdlib", mini_stdlib), ("max_steps", 10), ("vocab_size", 384),
-                ("dim", 32), ("n_layers", 2), ("n_heads", 2), ("seq", 64), ("batch", 8), ("log_every", 5), ("eval_windows", 8)]]  # fmt: skip
+    settings = [
+        f"-o{k}={v}"
+        for k, v in [
+            ("out", out),
+            ("stdlib", mini_stdlib),
+            ("max_steps", 10),
+            ("vocab_size", 384),
+            ("dim", 32),
+            ("n_layers", 2),
+            ("n_heads", 2),
+            ("seq", 64),
+            ("batch", 8),
+            ("log_every", 5),
+            ("eval_windows", 8),
+        ]
+    ]
     result = CliRunner().invoke(app, ["train", *settings, "--export", str(ship), "-q"])
     assert result.exit_code == 0, result.stderr
     card = (ship / "MODEL_CARD.md").read_text()

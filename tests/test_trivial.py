@@ -9,7 +9,18 @@ from dlmcode.text.trivial import TRIVIAL, is_trivial
 CASES = {
     "python": (
         ["", "  \n\t\n", "pass", "    pass\n", "...", "# TODO\n", "    # a\n    pass  # b\n    ...\n", "pass; pass"],
-        ["return", "x = 1", "raise NotImplementedError", '"""doc"""', "passed", "print(...)", "pass\nx", "# c\nreturn None\n", "None", '    """\n'],
+        [
+            "return",
+            "x = 1",
+            "raise NotImplementedError",
+            '"""doc"""',
+            "passed",
+            "print(...)",
+            "pass\nx",
+            "# c\nreturn None\n",
+            "None",
+            '    """\n',
+        ],
     ),
     "javascript": (
         ["", ";", "{}", "  {\n  }\n", "// todo\n", "/* a */ ;", "{ /* nothing */ }"],
@@ -20,7 +31,7 @@ CASES = {
     "java": (["// x\n", "/** doc */", ";", "{}"], ["return;", "throw new RuntimeException();", "i++;"]),
     "c": (["/* x */", "// y\n;", "{ }"], ["return;", "x = 1;", "abort();"]),
     "cpp": (["// x", "{};"], ["throw 1;", "return 0;"]),
-    "go": (["// x\n", "{}", ";"], ["return", "panic(\"x\")", "x := 1"]),
+    "go": (["// x\n", "{}", ";"], ["return", 'panic("x")', "x := 1"]),
     "rust": (["// x\n", "/// doc\n", "/* a */", "{}", ";"], ["todo!()", "unimplemented!()", "return;", "()", "x"]),
 }
 

@@ -73,7 +73,9 @@ def test_summary_line_names_breakage():
     result = job().run()
     line = summary(result)
     assert line.startswith("low-confidence: filled 5 holes in 5 calls (TPF 1.00)")
-    assert "breakage: 1 new syntax error(s), first at line 2 (inside the filled line 2)" in line  # "(((((" is not Python
+    assert (
+        "breakage: 1 new syntax error(s), first at line 2 (inside the filled line 2)" in line
+    )  # "(((((" is not Python
     assert "\n" not in line
 
 

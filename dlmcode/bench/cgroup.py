@@ -41,7 +41,10 @@ class Place:
     def limit_files(self, limit: int) -> list[tuple[str, str]]:
         if self.version == 2:
             return [("memory.max", str(limit)), ("memory.swap.max", "0")]
-        return [("memory.limit_in_bytes", str(limit)), ("memory.memsw.limit_in_bytes", str(limit))]  # memsw after: it may not be below
+        return [
+            ("memory.limit_in_bytes", str(limit)),
+            ("memory.memsw.limit_in_bytes", str(limit)),
+        ]  # memsw after: it may not be below
 
     @property
     def events(self) -> str:
@@ -172,7 +175,9 @@ def own_folder(version: int) -> Path | None:
     for line in proc_lines("/proc/self/cgroup"):
         number, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
-        if (version == 2 and number == "0" and not controllers) or (version == 1 and "memory" in controllers.split(",")):
+        if (version == 2 and number == "0" and not controllers) or (
+            version == 1 and "memory" in controllers.split(",")
+        ):
             return mount / path.lstrip("/")
     return None
 
@@ -194,8 +199,11 @@ def mount_point(version: int) -> Path | None:
         if len(fields) < 5 or len(tail) < 3:
             continue
         if fields[3] != "/":
-            continue  # a bind of part of the hierarchy (a container's view): paths in /proc/self/cgroup do not start there
-        if (version == 2 and tail[0] == "cgroup2") or (version == 1 and tail[0] == "cgroup" and "memory" in tail[2].split(",")):
+            # a bind of part of the hierarchy (a container's view): paths in /proc/self/cgroup do not start there
+            continue
+        if (version == 2 and tail[0] == "cgroup2") or (
+            version == 1 and tail[0] == "cgroup" and "memory" in tail[2].split(",")
+        ):
             return Path(fields[4])
     return None
 

@@ -27,6 +27,7 @@ Reports, framed messages in the wire format below, go from the trusted parts of 
 to the bench: {"ready": True} once jailed, the judge's {"verdict": ...}, the reaper's
 {"end": ...} with the worker's exit, or {"error": ...} when the jail could not be built.
 """
+
 import _signal as signal  # not `signal`: it imports enum, a tenth of a start
 import os
 import resource
@@ -137,11 +138,22 @@ def _complex(body):
     return complex(float.fromhex(real), float.fromhex(imag))
 
 
-SCALAR_OF = {b"N": _none, b"B": _bool, b"i": lambda b: int.from_bytes(b, "big", signed=True),
-             b"f": lambda b: float.fromhex(b.decode("ascii")), b"c": _complex,
-             b"s": lambda b: b.decode("utf-8", "surrogatepass"), b"b": bytes}  # fmt: skip
-CONTAINER_OF = {b"l": list, b"t": tuple, b"S": set, b"z": frozenset,
-                b"d": lambda items: dict(zip(items[::2], items[1::2]))}  # fmt: skip
+SCALAR_OF = {
+    b"N": _none,
+    b"B": _bool,
+    b"i": lambda b: int.from_bytes(b, "big", signed=True),
+    b"f": lambda b: float.fromhex(b.decode("ascii")),
+    b"c": _complex,
+    b"s": lambda b: b.decode("utf-8", "surrogatepass"),
+    b"b": bytes,
+}
+CONTAINER_OF = {
+    b"l": list,
+    b"t": tuple,
+    b"S": set,
+    b"z": frozenset,
+    b"d": lambda items: dict(zip(items[::2], items[1::2], strict=False)),
+}
 
 
 def send(fd, message):
@@ -231,7 +243,9 @@ def sample(header, fds):
         if request is None:
             _leave(0)  # no atexit handlers, no thread joins: the judge has what it needs
         try:
-            send(answers, ["raised", "the program failed: " + failure] if failure else _answer(module.__dict__, request))
+            send(
+                answers, ["raised", "the program failed: " + failure] if failure else _answer(module.__dict__, request)
+            )
         except (WireError, OSError):
             _leave(1)
 
@@ -382,11 +396,37 @@ ROLES = {"sample": sample, "judge": judge, "probe": probe}
 
 # ---------------------------------------------------------------- the audit hook (second layer)
 
-DENIED = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-          "pty.spawn", "socket.", "ctypes.", "os.kill", "os.killpg", "signal.pthread_kill", "os.chdir", "os.fchdir",
-          "os.chroot", "os.symlink", "os.link", "os.chmod", "os.chown", "shutil.", "gc.get_objects",
-          "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "sys._current_frames",
-          "resource.setrlimit", "resource.prlimit")
+DENIED = (
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "pty.spawn",
+    "socket.",
+    "ctypes.",
+    "os.kill",
+    "os.killpg",
+    "signal.pthread_kill",
+    "os.chdir",
+    "os.fchdir",
+    "os.chroot",
+    "os.symlink",
+    "os.link",
+    "os.chmod",
+    "os.chown",
+    "shutil.",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys._current_frames",
+    "resource.setrlimit",
+    "resource.prlimit",
+)
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -400,7 +440,14 @@ def audit_hook(reads, writes):
     """
     denied, write_flags, writers, error = DENIED, WRITE_FLAGS, frozenset("wax+"), PermissionError
     str_, bytes_, int_, isinstance_, len_, fspath, stat = str, bytes, int, isinstance, len, os.fspath, os.stat
-    startswith, split, rstrip, as_str, decode, and_ = str.startswith, str.split, str.rstrip, str.__str__, bytes.decode, int.__and__
+    startswith, split, rstrip, as_str, decode, and_ = (
+        str.startswith,
+        str.split,
+        str.rstrip,
+        str.__str__,
+        bytes.decode,
+        int.__and__,
+    )
     errors = (OSError, ValueError, TypeError)
     changes = frozenset({"os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.truncate", "os.utime"})
     looks = frozenset({"os.listdir", "os.scandir"})
@@ -454,7 +501,12 @@ def audit_hook(reads, writes):
         path = absolute(args[0])
         if not inside(path, writes if writing(event, args) else reads):
             raise error(f"sandbox: {event} {path!r} is outside the sandbox")
-        if event == "os.rename" and len_(args) > 1 and not isinstance_(args[1], int_) and not inside(absolute(args[1]), writes):
+        if (
+            event == "os.rename"
+            and len_(args) > 1
+            and not isinstance_(args[1], int_)
+            and not inside(absolute(args[1]), writes)
+        ):
             raise error(f"sandbox: {event} to {absolute(args[1])!r} is outside the sandbox")
         if event == "open" and not inside(path, writes) and is_folder(path):
             raise error(f"sandbox: opening the folder {path!r} (a dir_fd outside) is not allowed")
@@ -471,8 +523,18 @@ MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME, MNT_DETACH = 4096, 16384, 1 << 18, 1 <
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers; glibc has no wrapper
 # statvfs flags that a bind mount inherits and a user namespace may not clear (locked): kept on remount
-LOCKED = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC, os.ST_NOATIME: MS_NOATIME,
-          os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME} if hasattr(os, "ST_NOSUID") else {}
+LOCKED = (
+    {
+        os.ST_NOSUID: MS_NOSUID,
+        os.ST_NODEV: MS_NODEV,
+        os.ST_NOEXEC: MS_NOEXEC,
+        os.ST_NOATIME: MS_NOATIME,
+        os.ST_NODIRATIME: MS_NODIRATIME,
+        os.ST_RELATIME: MS_RELATIME,
+    }
+    if hasattr(os, "ST_NOSUID")
+    else {}
+)
 
 
 class JailError(Exception):
@@ -519,15 +581,21 @@ def jail(header):
     """
     libc, spec = _libc(), header["jail"]
     helper = _map_helper(spec) if os.geteuid() == 0 else None
-    _check("unshare", libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
-                                   | CLONE_NEWUTS | CLONE_NEWCGROUP))
+    _check(
+        "unshare",
+        libc.unshare(
+            CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+        ),
+    )
     if helper:
         _await_helper(*helper)
     else:
         _map_ids()
     _no_more_namespaces()
     _check("making our mounts private", libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
-    sources = {path: os.open(path, os.O_PATH) for path in _binds(spec)}  # here: in our mount namespace, still able to read them
+    sources = {
+        path: os.open(path, os.O_PATH) for path in _binds(spec)
+    }  # here: in our mount namespace, still able to read them
     if helper:
         _become(spec)
     _new_root(libc, sources, spec)
@@ -645,7 +713,9 @@ def _bind(libc, path, fd, target):
 
 def _fork_init(libc, header):
     """Fork the namespace's init (the reaper) and, from it, the worker; return in the worker."""
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the bench killed: so are we (set after our last uid change, which clears it)
+    libc.prctl(
+        PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0
+    )  # the bench killed: so are we (set after our last uid change, which clears it)
     if os.getppid() != header["bench"]:
         os._exit(1)  # it died before that
     alive_r, alive_w = os.pipe()  # the reaper's read end sees end of file once we are gone
@@ -761,4 +831,3 @@ def main(header):
         report(header["fds"]["report"], error=str(err))
         os._exit(125)
     role(header, header["fds"])
-

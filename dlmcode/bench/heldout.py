@@ -108,7 +108,9 @@ def package_files(path: str | Path) -> dict[str, str]:
     path = Path(path)
     path = path / "eval.jsonl.gz" if path.is_dir() else path
     if not path.exists():
-        raise UsageError(f"no held-out packages at {path}: build them with `python -m dlmcode.training.corpus build DIR`")
+        raise UsageError(
+            f"no held-out packages at {path}: build them with `python -m dlmcode.training.corpus build DIR`"
+        )
     return {r["path"]: r["text"] for r in read_jsonl(path)}
 
 

@@ -1,4 +1,4 @@
-"""Calibrate the length rule (dlmcode/jobs/length.py): how often its probe reads a task's true length.
+"""Calibrate the length rule (dlmcode/jobs/sizing.py): how often its probe reads a task's true length.
 
     python -m dlmcode.bench.length_probe --suite humaneval-infill-single --tasks 300:500 --bias 0,1,2,3,4
 
@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from ..jobs import length as rule
+from ..jobs import sizing as rule
 from ..models import load
 from ..text import spans
 from . import suites

@@ -22,7 +22,16 @@ from .metrics import Sample, Tally
 from .runner import Config
 
 BAR_WIDTH = 12
-WIDTHS = {"pass@1": 6, "exact": 6, "breakage": 8, "trivial": 7, "TPF": 5, "calls": 5, "reopen": 6, "tok/s": 6}  # "100.0%", "12.50", "123.4", "1234.5"
+WIDTHS = {
+    "pass@1": 6,
+    "exact": 6,
+    "breakage": 8,
+    "trivial": 7,
+    "TPF": 5,
+    "calls": 5,
+    "reopen": 6,
+    "tok/s": 6,
+}  # "100.0%", "12.50", "123.4", "1234.5"
 LOG_SECONDS = 60.0  # without a terminal, one progress line this often
 
 
@@ -47,8 +56,14 @@ class Board:
         if not self.out.is_terminal or self.out.quiet:
             return self._logged(samples)
         new, self.live = [], True
-        with Live(self.table(), console=self.out, transient=True, refresh_per_second=4,
-                  redirect_stdout=False, redirect_stderr=False) as live:  # fmt: skip
+        with Live(
+            self.table(),
+            console=self.out,
+            transient=True,
+            refresh_per_second=4,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ) as live:
             for sample in samples:
                 new.append(self._added(sample))
                 live.update(self.table())
@@ -101,8 +116,16 @@ def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool
     for label, row in lines:
         values = [row["pass_at_1"]] * show_pass + [row["exact_match"], row["breakage_rate"], row.get("trivial")]
         progress = [ProgressBar(total=total, completed=row["n"], width=BAR_WIDTH)] * bar
-        grid.add_row(label, *progress, f"{row['n']}/{total}", *map(_percent, values), _number(row["tpf"], 2),
-                     _number(row["calls"], 1), str(row.get("reopened", 0)), _number(row["tokens_per_s"], 1))
+        grid.add_row(
+            label,
+            *progress,
+            f"{row['n']}/{total}",
+            *map(_percent, values),
+            _number(row["tpf"], 2),
+            _number(row["calls"], 1),
+            str(row.get("reopened", 0)),
+            _number(row["tokens_per_s"], 1),
+        )
     return grid
 
 

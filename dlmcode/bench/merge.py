@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -42,8 +43,9 @@ def rescored(sample: Sample, task: suites.Task) -> Sample:
         return sample
     p, canonical = len(task.prompt), task.canonical or ""
     hole = syntax.Region((p, p + len(canonical)), (p, p + len(sample.output)))
-    found = syntax.breakage(task.prompt + canonical + task.suffix, task.prompt + sample.output + task.suffix,
-                            task.lang, holes=[hole])
+    found = syntax.breakage(
+        task.prompt + canonical + task.suffix, task.prompt + sample.output + task.suffix, task.lang, holes=[hole]
+    )
     return dataclasses.replace(sample, breakage=found.to_dict())
 
 
@@ -85,7 +87,11 @@ def table(summary: dict) -> str:
     lines = ["| decoder | setting | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for r in summary["rows"]:
         values = [f"{r['tpf']:.2f}", _pct(r["syntax_valid"]), _pct(r["exact_match"])]
-        values += ([_pct(r["pass_at_1"])] if tests else []) + [_pct(r["trivial"]), f"{r['reopened'] / r['n']:.1f}", f"{r['calls']:.1f}"]
+        values += ([_pct(r["pass_at_1"])] if tests else []) + [
+            _pct(r["trivial"]),
+            f"{r['reopened'] / r['n']:.1f}",
+            f"{r['calls']:.1f}",
+        ]
         setting = ", ".join(f"{k}={v}" for k, v in r["own"].items()) or "defaults"
         lines.append(f"| `{r['decoder']}` | {setting} | " + " | ".join(values) + " |")
     return "\n".join(lines)
@@ -103,15 +109,21 @@ def merge(suite: str, n: int, folders: list[Path]) -> dict:
     found = groups((s for folder in folders for s in read_samples(folder)), tasks)
     merged = rows(found, len(tasks))
     tests = any(r["pass_at_1"] is not None for r in merged)
-    return {"suite": suite, "model": "builtin", "tasks": len(tasks), "length": f"first {len(tasks)} tasks, oracle length",
-            "quality": "pass_at_1" if tests else "exact_match", "rows": merged}
+    return {
+        "suite": suite,
+        "model": "builtin",
+        "tasks": len(tasks),
+        "length": f"first {len(tasks)} tasks, oracle length",
+        "quality": "pass_at_1" if tests else "exact_match",
+        "rows": merged,
+    }
 
 
 def main(
-    suite: str = typer.Argument(..., help="the suite the runs used"),
-    n: int = typer.Argument(..., help="merge over its first N tasks"),
-    stem: Path = typer.Argument(..., help="write STEM.json, STEM.png and STEM.svg"),
-    folders: list[Path] = typer.Argument(..., help="bench --out folders"),
+    suite: Annotated[str, typer.Argument(help="the suite the runs used")],
+    n: Annotated[int, typer.Argument(help="merge over its first N tasks")],
+    stem: Annotated[Path, typer.Argument(help="write STEM.json, STEM.png and STEM.svg")],
+    folders: Annotated[list[Path], typer.Argument(help="bench --out folders")],
 ) -> None:
     """Merge bench runs over the first N tasks of a suite: a table on stdout, a summary and a plot."""
     summary = merge(suite, n, folders)

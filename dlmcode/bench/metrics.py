@@ -48,7 +48,9 @@ class Sample:
     error: str | None = None  # why the task could not be decoded
     trivial: bool | None = None  # the fill only whitespace, comments, pass/...; None: not classified
     reopened: int = 0  # committed tokens the decoder took back
-    guarded: bool | None = None  # guard asked: True when it held, False when it could not (dlmcode/text/guard.py); None: not asked
+    guarded: bool | None = (
+        None  # guard asked: True when it held, False when it could not (dlmcode/text/guard.py); None: not asked
+    )
     guard_seconds: float = 0.0  # of `seconds`, the time the guard's checks took
 
     @property

@@ -17,8 +17,25 @@ from ..core import files
 from ..core.errors import InputError
 from .metrics import Sample
 
-CSV_FIELDS = ("decoder", "sweep", "settings", "n", "errors", "pass_at_1", "exact_match", "syntax_valid",
-              "breakage_rate", "trivial", "tpf", "calls", "reopened", "unguarded", "guard_share", "tokens_per_s", "seconds")  # fmt: skip
+CSV_FIELDS = (
+    "decoder",
+    "sweep",
+    "settings",
+    "n",
+    "errors",
+    "pass_at_1",
+    "exact_match",
+    "syntax_valid",
+    "breakage_rate",
+    "trivial",
+    "tpf",
+    "calls",
+    "reopened",
+    "unguarded",
+    "guard_share",
+    "tokens_per_s",
+    "seconds",
+)
 PLOT_NAME = "pareto"
 PLOT_HELP = "pip install 'dlmcode[plot]'"
 
@@ -116,7 +133,7 @@ def plot(summary: dict, stem: Path) -> list[Path]:
         return []
     quality = summary["quality"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), constrained_layout=True)
-    for ax, metric in zip(axes, (quality, "syntax_valid")):
+    for ax, metric in zip(axes, (quality, "syntax_valid"), strict=True):
         _panel(ax, summary["rows"], metric)
     fig.suptitle(f"{summary['suite']} · {summary['model']} · {summary['length']}", fontsize=9)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
@@ -132,16 +149,23 @@ def _panel(ax, rows: list[dict], metric: str) -> None:
     for name in dict.fromkeys(d for _, _, d in points):
         curve = sorted((x, y) for x, y, d in points if d == name)
         decoder = name.removesuffix(GUARDED)
-        color = colors.setdefault(decoder, f"C{len(colors) % 10}")  # a decoder's guarded and unguarded curves share a colour
+        color = colors.setdefault(
+            decoder, f"C{len(colors) % 10}"
+        )  # a decoder's guarded and unguarded curves share a colour
         style = "-" if name.endswith(GUARDED) else ":"
-        ax.plot(*zip(*curve), marker="o", linestyle=style, color=color, label=name)
+        ax.plot(*zip(*curve, strict=True), marker="o", linestyle=style, color=color, label=name)
     for r in rows:  # each swept point says which value it is
         if r.get("sweep") and r["tpf"] is not None and r[metric] is not None:
-            ax.annotate(",".join(map(str, r["sweep"].values())), (r["tpf"], r[metric]), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                ",".join(map(str, r["sweep"].values())),
+                (r["tpf"], r[metric]),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
     front = frontier([(x, y) for x, y, _ in points])
     if len(front) > 1:
-        ax.plot(*zip(*front), linestyle="--", color="grey", linewidth=1, label="Pareto front")
+        ax.plot(*zip(*front, strict=True), linestyle="--", color="grey", linewidth=1, label="Pareto front")
     ax.set_xlabel("TPF (tokens committed per model call)")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_ylim(-0.02, 1.02)  # rates

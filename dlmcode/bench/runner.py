@@ -26,12 +26,13 @@ from typing import Any
 from .. import decoders
 from ..core.canvas import Decoder
 from ..core.errors import DlmcodeError, InputError, UsageError
-from ..core.run import AUTO, CacheSettings, RunSettings
+from ..core.run import CacheSettings, RunSettings
 from ..jobs import batch, fill
 from ..jobs.fill import with_assistant
 from ..models import cache as kvcache
 from ..models.base import Dlm
 from ..text import spans, syntax, trivial
+from ..core.run import AUTO
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
 from .suites import Suite, Task
@@ -42,7 +43,7 @@ ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token
 ORACLE, UNKNOWN, EDITOR = "oracle", "unknown", "editor"  # --fill-length: how an infill hole's length is set
 FILL_LENGTHS = {
     ORACLE: ORACLE_NOTE,
-    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/length.py; its probe call counts)",
+    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/sizing.py; its probe call counts)",
     EDITOR: "editor's length: the length rule sizes each hole, then the fill is cut after its first non-blank line (dlmcode serve's --lines 1)",
 }
 EDITOR_CEILING = 128  # n_predict as llama.vim and llama.vscode send it (the rule's room is smaller for every family)

@@ -51,7 +51,13 @@ REPORT_BYTES = 1 << 16  # the most we read of a report pipe
 PROBE_TIMEOUT = 20.0  # seconds the one-time check of the jail may take
 UNSAFE_OPTION = "--unsafe-no-sandbox"
 # What each harness process runs: our compiled harness module and its header, read from stdin.
-BOOT = "import marshal,sys\ncode,header=marshal.loads(sys.stdin.buffer.read())\nspace={'__name__':'harness'}\nexec(code,space)\nspace['main'](header)"
+BOOT = (
+    "import marshal,sys\n"
+    "code,header=marshal.loads(sys.stdin.buffer.read())\n"
+    "space={'__name__':'harness'}\n"
+    "exec(code,space)\n"
+    "space['main'](header)"
+)
 
 
 class SandboxUnavailable(DlmcodeError):
@@ -68,10 +74,14 @@ class Limits:
 
     timeout: float = 10.0  # wall-clock seconds before both processes are killed
     cpu: int = 5  # CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)
-    memory_mb: int = 1024  # MiB: the run's processes together (a cgroup: the kernel kills one past it), and each one's address space (RLIMIT_AS: MemoryError)
+    # MiB: the run's processes together (a cgroup: the kernel kills one past it), and each one's address space
+    # (RLIMIT_AS: MemoryError)
+    memory_mb: int = 1024
     output_mb: int = 4  # largest file (stdout/stderr included) a process may write (RLIMIT_FSIZE)
     scratch_mb: int = 64  # size of the writable /tmp inside the jail
-    processes: int = 16  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace); 1 without a cgroup
+    processes: int = (
+        16  # processes and threads at once in a jail (RLIMIT_NPROC, per user namespace); 1 without a cgroup
+    )
     isolated: bool = True  # False: no jail, only limits and the audit hook (--unsafe-no-sandbox)
 
     def __post_init__(self) -> None:
@@ -173,8 +183,10 @@ def require() -> None:
     """Refuse (one line: why, and how to opt out) where the jail cannot be built."""
     reason = unavailable()
     if reason:
-        raise SandboxUnavailable(f"cannot isolate generated code on this machine: {reason}; to run it anyway "
-                                 f"without isolation, only on a machine you can throw away, pass {UNSAFE_OPTION}")  # fmt: skip
+        raise SandboxUnavailable(
+            f"cannot isolate generated code on this machine: {reason}; to run it anyway "
+            f"without isolation, only on a machine you can throw away, pass {UNSAFE_OPTION}"
+        )
 
 
 @functools.cache
@@ -205,18 +217,28 @@ def unavailable() -> str | None:
 class _Pair:
     """The judge and the sample of one run, joined by two pipes; this process keeps the report pipes."""
 
-    def __init__(self, home: Path, program: str, test: str, entry_point: str, limits: Limits, audit: bool,
-                 group: cgroup.RunGroup | None = None):  # fmt: skip
+    def __init__(
+        self,
+        home: Path,
+        program: str,
+        test: str,
+        entry_point: str,
+        limits: Limits,
+        audit: bool,
+        group: cgroup.RunGroup | None = None,
+    ):
         calls_r, calls_w = os.pipe()
         answers_r, answers_w = os.pipe()
         names = sorted(free_names(test) | {entry_point})
         judged = {"code": test, "entry": entry_point, "names": names}
         try:
-            self.judge, self.judge_report = _spawn(home, "judge", {"calls": calls_w, "answers": answers_r}, limits, audit,
-                                                   judged, group)  # fmt: skip
+            self.judge, self.judge_report = _spawn(
+                home, "judge", {"calls": calls_w, "answers": answers_r}, limits, audit, judged, group
+            )
             try:
-                self.sample, self.sample_report = _spawn(home, "sample", {"calls": calls_r, "answers": answers_w}, limits,
-                                                         audit, {"code": program}, group)  # fmt: skip
+                self.sample, self.sample_report = _spawn(
+                    home, "sample", {"calls": calls_r, "answers": answers_w}, limits, audit, {"code": program}, group
+                )
             except BaseException:
                 _kill(self.judge)
                 os.close(self.judge_report)
@@ -238,25 +260,47 @@ class _Pair:
         return judge, sample
 
 
-def _spawn(home: Path, role: str, fds: dict[str, int], limits: Limits, audit: bool,
-           extra: dict | None = None, group: cgroup.RunGroup | None = None) -> tuple[subprocess.Popen, int]:  # fmt: skip
+def _spawn(
+    home: Path,
+    role: str,
+    fds: dict[str, int],
+    limits: Limits,
+    audit: bool,
+    extra: dict | None = None,
+    group: cgroup.RunGroup | None = None,
+) -> tuple[subprocess.Popen, int]:
     """Start one harness process; returns it and the read end of its report pipe."""
     report_r, report_w = os.pipe()
     fds = {**fds, "report": report_w}
     folder = home / role
     folder.mkdir()
-    header = {"role": role, "fds": fds, "audit": audit, "python": python_folders(everything=True), "bench": os.getpid(),
-              **(extra or {}),
-              "limits": {"cpu": limits.cpu, "memory": limits.memory_mb << 20, "fsize": limits.output_mb << 20,
-                         "nproc": nproc(limits, group)},
-              "jail": _jail_spec(limits) if limits.isolated else None}  # fmt: skip
+    header = {
+        "role": role,
+        "fds": fds,
+        "audit": audit,
+        "python": python_folders(everything=True),
+        "bench": os.getpid(),
+        **(extra or {}),
+        "limits": {
+            "cpu": limits.cpu,
+            "memory": limits.memory_mb << 20,
+            "fsize": limits.output_mb << 20,
+            "nproc": nproc(limits, group),
+        },
+        "jail": _jail_spec(limits) if limits.isolated else None,
+    }
     try:
         with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
             proc = subprocess.Popen(
-                [interpreter(), "-I", "-S", "-B", "-c", BOOT], stdin=subprocess.PIPE, stdout=out,
-                stderr=err, pass_fds=tuple(fds.values()), cwd=folder, env=scrubbed_env(folder, limits.isolated),
+                [interpreter(), "-I", "-S", "-B", "-c", BOOT],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                pass_fds=tuple(fds.values()),
+                cwd=folder,
+                env=scrubbed_env(folder, limits.isolated),
                 start_new_session=True,  # its own process group, killed as one; no signal of ours reaches it
-            )  # fmt: skip
+            )
     finally:
         os.close(report_w)
     _join(proc, report_r, group)
@@ -282,8 +326,13 @@ def _join(proc: subprocess.Popen, report_r: int, group: cgroup.RunGroup | None) 
 
 
 def _jail_spec(limits: Limits) -> dict:
-    return {"uid": harness.NOBODY, "gid": harness.NOBODY, "python": python_folders(), "scratch_mb": limits.scratch_mb,
-            "hide": package_folders()}
+    return {
+        "uid": harness.NOBODY,
+        "gid": harness.NOBODY,
+        "python": python_folders(),
+        "scratch_mb": limits.scratch_mb,
+        "hide": package_folders(),
+    }
 
 
 def _read_report(fd: int, deadline: float, stop=lambda line: False) -> tuple[list[dict], bool]:
@@ -322,8 +371,6 @@ def _kill(proc: subprocess.Popen) -> None:
 # ---------------------------------------------------------------- the verdict
 
 
-
-
 def _outcome(judge: list[dict], sample: list[dict], seconds: float, oom: bool = False) -> Outcome:
     for line in judge + sample:
         if "error" in line:
@@ -336,7 +383,9 @@ def _outcome(judge: list[dict], sample: list[dict], seconds: float, oom: bool = 
         return Outcome("timeout", ended, seconds, "stopped at the wall-clock timeout")
     detail = str(verdict.get("detail", "")) if verdict else _why(_end(judge))
     if oom:  # killed by the kernel (SIGKILL) for the run's memory as a whole: say so rather than "killed"
-        return Outcome("memory", ended, seconds, f"the run passed its memory limit and the kernel killed a process ({detail})")
+        return Outcome(
+            "memory", ended, seconds, f"the run passed its memory limit and the kernel killed a process ({detail})"
+        )
     return Outcome(_status(detail, ended, _end(judge)), ended, seconds, detail)
 
 
@@ -399,15 +448,27 @@ def package_folders() -> list[str]:
     """Where third-party packages live in what the jail binds: the installation's site-packages and
     the system's dist-packages (Debian), hidden inside it so that only the standard library imports."""
     roots = {*python_folders(everything=True), *(p for p in harness.SYSTEM if os.path.isdir(p)), "/usr/local"}
-    found = {os.path.realpath(f) for root in roots for pattern in PACKAGE_GLOBS for f in glob.glob(os.path.join(root, pattern))}
+    found = {
+        os.path.realpath(f)
+        for root in roots
+        for pattern in PACKAGE_GLOBS
+        for f in glob.glob(os.path.join(root, pattern))
+    }
     return sorted(f for f in found if os.path.isdir(f))
 
 
 def scrubbed_env(home: Path, isolated: bool) -> dict[str, str]:
     """Nothing of the user's environment: no tokens, no proxies, no PYTHONPATH."""
     folder = "/tmp" if isolated else str(home)
-    return {"PATH": os.defpath, "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        "PATH": os.defpath,
+        "HOME": folder,
+        "TMPDIR": folder,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 @functools.lru_cache(maxsize=1024)

@@ -52,11 +52,21 @@ def measure(tasks: list[suites.Task]) -> dict:
     for task in tasks:
         runs["isolated"].append(timed(task, sandbox.Limits()))
         runs["unisolated"].append(timed(task, sandbox.Limits(isolated=False)))
-    rows = {name: {"median_ms": round(statistics.median(w for w, _ in found), 1),
-                   "median_cpu_ms": round(statistics.median(c for _, c in found), 1)} for name, found in runs.items()}  # fmt: skip
+    rows = {
+        name: {
+            "median_ms": round(statistics.median(w for w, _ in found), 1),
+            "median_cpu_ms": round(statistics.median(c for _, c in found), 1),
+        }
+        for name, found in runs.items()
+    }
     added = round(rows["isolated"]["median_ms"] - rows["unisolated"]["median_ms"], 1)
-    return {"tasks": len(tasks), "runs": rows, "isolation_adds_ms": added, "cpus": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+    return {
+        "tasks": len(tasks),
+        "runs": rows,
+        "isolation_adds_ms": added,
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,8 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"{result['tasks']} canonical HumanEval solutions, each run jailed and unjailed "
-          f"({result['cpus']} CPUs, load average {result['load_average']})")  # fmt: skip
+    print(
+        f"{result['tasks']} canonical HumanEval solutions, each run jailed and unjailed "
+        f"({result['cpus']} CPUs, load average {result['load_average']})"
+    )
     for name, row in result["runs"].items():
         print(f"  {name:<11} median {row['median_ms']:7.1f} ms per run   ({row['median_cpu_ms']:.1f} ms CPU)")
     print(f"  isolation adds {result['isolation_adds_ms']:.1f} ms per run")

@@ -34,7 +34,9 @@ CEILING = 128  # llama.vim's and llama.vscode's default n_predict
 def oracle(engine: Engine, task: suites.Task, decoder: str, options: dict[str, str]) -> tuple[str, int]:
     """The fill with exactly the canonical middle's token count; (text, calls)."""
     n = max(1, len(engine.dlm.tokenizer.encode(task.canonical or "")))
-    job = jobs.prepare_middle(task.prompt, task.suffix, n, dlm=engine.dlm, decoder=decoder, options=options, cache=engine.cache)
+    job = jobs.prepare_middle(
+        task.prompt, task.suffix, n, dlm=engine.dlm, decoder=decoder, options=options, cache=engine.cache
+    )
     result = job.run()
     region = job.plan.positions[0]
     ids = [i for i in result.canvas[region.start : region.stop] if i not in engine.dlm.special_ids]
@@ -71,7 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--suite", default="heldout-single")
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("-d", "--decoder", default="low-confidence")
-    ap.add_argument("-o", "--option", action="append", help="decoder setting key=value [default: block=8, as `dlmcode serve`]")
+    ap.add_argument(
+        "-o", "--option", action="append", help="decoder setting key=value [default: block=8, as `dlmcode serve`]"
+    )
     ap.add_argument("--cache", default="dual", help="KV cache, as `dlmcode serve` [default: dual]")
     ap.add_argument("--no-tests", action="store_true", help="skip pass@1 (the sandbox)")
     ap.add_argument("--out", help="write every task's rows here as JSON lines")
@@ -93,15 +97,28 @@ def main(argv: list[str] | None = None) -> None:
             run = runs[mode]
             start = time.perf_counter()
             middle, calls = run(task)
-            row = {"task": task.task_id, "mode": mode, "middle": middle, "calls": calls, "seconds": time.perf_counter() - start}
+            row = {
+                "task": task.task_id,
+                "mode": mode,
+                "middle": middle,
+                "calls": calls,
+                "seconds": time.perf_counter() - start,
+            }
             row |= score(task, middle, not args.no_tests)
             rows[mode].append(row)
             if out:
                 out.write(json.dumps(row) + "\n")
                 out.flush()
         print(f"{i + 1}/{len(tasks)}", file=sys.stderr, end="\r")
-    meta = {"suite": args.suite, "decoder": args.decoder, "options": options, "cache": args.cache, "ceiling": CEILING,
-            "cap": length.cap(dlm), "lines": args.lines}
+    meta = {
+        "suite": args.suite,
+        "decoder": args.decoder,
+        "options": options,
+        "cache": args.cache,
+        "ceiling": CEILING,
+        "cap": length.cap(dlm),
+        "lines": args.lines,
+    }
     print(json.dumps({**meta, **{mode: summary(r) for mode, r in rows.items() if r}}))
 
 

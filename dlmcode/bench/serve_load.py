@@ -1,16 +1,21 @@
 """Load test of `dlmcode serve`: N concurrent editors, M requests each, at several N.
 
-    python -m dlmcode.bench.serve_load --clients 1,2,4,8 --requests 20 [--url http://127.0.0.1:8012]
+    python -m dlmcode.bench.serve_load --clients 1,2,4,8 --requests 20 --batch 1,4 [--url http://127.0.0.1:8012]
 
-Without --url it starts `dlmcode serve` (built-in model, or --model) in a subprocess on a
-free 127.0.0.1 port and stops it at the end. Each request is llama.vim's /infill body
+Without --url it starts one `dlmcode serve` (built-in model, or --model) per --batch value
+in subprocesses on free 127.0.0.1 ports, and stops them at the end; the levels alternate
+between them (level 1 on each, then level 2 on each, ...), so that batched and one-at-a-time
+are measured side by side, under the same noise. Each request is llama.vim's /infill body
 (autoload/llama.vim) for a single-line hole of a held-out file (heldout-single), with a
 PREFIX_LINES-line prefix and SUFFIX_LINES lines after. Every client sends the same M holes
 (in a rotated order), so every level does the same mix of work and requests per second
 compare across levels.
 Per level it checks that every request was answered exactly once with a 200 and a
 `content`, and reports latency p50/p95, requests per second, and the server's resident
-memory before and after (flat memory: no growth across levels). One JSON object on stdout.
+memory before and after (flat memory: no growth across levels). Then, per server, it sends
+--streamed streamed multi-line requests (the same holes with `lines` 0: the fill runs to its
+end) one at a time, and reports time to the first event carrying text against time to the
+stream's end. One JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -41,12 +46,31 @@ def bodies(count: int, prefix_lines: int = PREFIX_LINES) -> list[dict[str, Any]]
     out = []
     for task in suites.load("heldout-single", count).tasks:
         prefix = "".join(task.prompt.splitlines(keepends=True)[-prefix_lines:])
-        suffix = "".join(task.suffix.splitlines(keepends=True)[:SUFFIX_LINES + 1])
-        out.append({"id_slot": 0, "input_prefix": prefix, "input_suffix": suffix, "input_extra": [], "prompt": "",
-                    "n_predict": CEILING, "stop": [], "n_indent": 0, "top_k": 40, "top_p": 0.90,
-                    "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
-                    "response_fields": ["content", "timings/predicted_n", "timings/predicted_ms"]})
+        suffix = "".join(task.suffix.splitlines(keepends=True)[: SUFFIX_LINES + 1])
+        out.append(
+            {
+                "id_slot": 0,
+                "input_prefix": prefix,
+                "input_suffix": suffix,
+                "input_extra": [],
+                "prompt": "",
+                "n_predict": CEILING,
+                "stop": [],
+                "n_indent": 0,
+                "top_k": 40,
+                "top_p": 0.90,
+                "samplers": ["top_k", "top_p", "infill"],
+                "stream": False,
+                "cache_prompt": True,
+                "response_fields": ["content", "timings/predicted_n", "timings/predicted_ms"],
+            }
+        )
     return out
+
+
+def streamed_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The same hole, streamed, with no line limit: a multi-line fill whose first lines can arrive early."""
+    return {**body, "stream": True, "lines": 0, "n_predict": 32, "response_fields": None}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -64,7 +88,9 @@ def level(url: str, clients: int, requests: int, pool: list[dict[str, Any]], hea
     def editor(c: int) -> None:
         with httpx.Client(timeout=300, headers=headers) as http:
             for r in range(requests):
-                body = pool[(c + r) % requests % len(pool)]  # every level sends the same `requests` holes, each once per client
+                body = pool[
+                    (c + r) % requests % len(pool)
+                ]  # every level sends the same `requests` holes, each once per client
                 start = time.perf_counter()
                 try:
                     resp = http.post(f"{url}/infill", json=body)
@@ -99,6 +125,31 @@ def level(url: str, clients: int, requests: int, pool: list[dict[str, Any]], hea
     }
 
 
+def first_events(url: str, count: int, pool: list[dict[str, Any]], headers: dict[str, str]) -> dict[str, Any]:
+    """`count` streamed multi-line /infill requests, one at a time: time to the first text event and to the end."""
+    firsts, totals, early = [], [], 0
+    with httpx.Client(timeout=300, headers=headers) as http:
+        for i in range(count):
+            start, first = time.perf_counter(), None
+            with http.stream("POST", f"{url}/infill", json=streamed_body(pool[i % len(pool)])) as resp:
+                events = 0
+                for line in resp.iter_lines():
+                    if line.startswith("data: ") and first is None and json.loads(line[6:]).get("content"):
+                        first = time.perf_counter() - start
+                    events += line.startswith("data: ")
+            total = time.perf_counter() - start
+            firsts.append(first if first is not None else total)
+            totals.append(total)
+            early += first is not None and events > 2  # text came in more than one piece before the end
+    return {
+        "streamed": count,
+        "first_event_p50_ms": round(1000 * percentile(firsts, 0.5), 1),
+        "first_event_p95_ms": round(1000 * percentile(firsts, 0.95), 1),
+        "end_p50_ms": round(1000 * percentile(totals, 0.5), 1),
+        "streamed_in_pieces": early,
+    }
+
+
 def rss_mb(pid: int | None) -> float | None:
     if pid is None:
         return None
@@ -114,12 +165,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+def start_server(args: argparse.Namespace, batch: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", args.decoder]
+    cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", args.decoder, "--batch", str(batch)]
     cmd += [x for o in args.option for x in ("-o", o)] + (["--model", args.model] if args.model else [])
     cmd += ["--cache", args.cache] if args.cache else []
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"DLMCODE_THREADS": str(args.threads)} if args.threads else {})
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -139,35 +190,59 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="1,2,4,8", help="concurrent clients per level, comma-separated")
     ap.add_argument("--requests", type=int, default=20, help="requests per client per level")
-    ap.add_argument("--url", help="a running server; default: start one")
+    ap.add_argument("--batch", default="1,4", help="the started servers' --batch, comma-separated (one server each)")
+    ap.add_argument("--streamed", type=int, default=10, help="streamed multi-line requests per server (0: none)")
+    ap.add_argument("--url", help="a running server; default: start one per --batch")
     ap.add_argument("--api-key", default=os.environ.get("DLMCODE_API_KEY"))
     ap.add_argument("--model")
     ap.add_argument("-d", "--decoder", default="low-confidence")
     ap.add_argument("-o", "--option", action="append", default=[])
-    ap.add_argument("--threads", type=int, help="the started server's CPU threads (OMP_NUM_THREADS)")
-    ap.add_argument("--cache", help="the started server's --cache (default: the server's own)")
+    ap.add_argument("--threads", type=int, help="the started servers' CPU threads (DLMCODE_THREADS)")
+    ap.add_argument("--cache", help="the started servers' --cache (default: the server's own)")
     ap.add_argument("--tasks", type=int, default=50, help="heldout-single holes to draw from (the first M are sent)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed requests before the first level")
     args = ap.parse_args(argv)
     levels = [int(n) for n in args.clients.split(",") if n.strip()]
+    batches = [int(n) for n in args.batch.split(",") if n.strip()]
     pool = bodies(args.tasks)
-    proc, url = (None, args.url) if args.url else start_server(args)
+    servers: dict[str, tuple[subprocess.Popen | None, str]] = {}
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
-        level(url, 1, args.warmup, pool, headers)
+        if args.url:
+            servers["url"] = (None, args.url)
+        for b in [] if args.url else batches:
+            servers[f"batch {b}"] = start_server(args, b)
+        for _, url in servers.values():
+            level(url, 1, args.warmup, pool, headers)
         rows = []
         for n in levels:
-            before = rss_mb(proc.pid if proc else None)
-            row = level(url, n, args.requests, pool, headers)
-            rows.append({**row, "rss_mb_before": before, "rss_mb_after": rss_mb(proc.pid if proc else None)})
-            print(json.dumps(rows[-1]), file=sys.stderr)
+            for name, (proc, url) in servers.items():
+                before = rss_mb(proc.pid if proc else None)
+                row = {"server": name, **level(url, n, args.requests, pool, headers)}
+                rows.append({**row, "rss_mb_before": before, "rss_mb_after": rss_mb(proc.pid if proc else None)})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+        streams = []
+        for name, (_, url) in servers.items() if args.streamed else ():
+            streams.append({"server": name, **first_events(url, args.streamed, pool, headers)})
+            print(json.dumps(streams[-1]), file=sys.stderr)
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+        for proc, _ in servers.values():
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
     ok = all(r["answered_once"] and not r["errors"] for r in rows)
-    print(json.dumps({"url": url, "decoder": args.decoder, "options": args.option, "prefix_lines": PREFIX_LINES,
-                      "ok": ok, "levels": rows}))
+    print(
+        json.dumps(
+            {
+                "decoder": args.decoder,
+                "options": args.option,
+                "prefix_lines": PREFIX_LINES,
+                "ok": ok,
+                "levels": rows,
+                "streams": streams,
+            }
+        )
+    )
     if not ok:
         raise SystemExit(1)
 

@@ -50,7 +50,8 @@ class SpeedConfig:
     names: tuple[str, ...] = ()  # decoders; () = every registered one
     seed: int = 0
     repeats: int = 1  # decodes per row; times are the fastest repeat (the least disturbed by other processes)
-    guard: bool = False  # every decoder guarded (dlmcode/text/guard.py; syntax-guard always is): the guard's time per call is a column
+    # every decoder guarded (dlmcode/text/guard.py; syntax-guard always is): the guard's time per call is a column
+    guard: bool = False
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) <= 0 or self.gen <= 0 or self.block < 0 or self.repeats < 1:
@@ -227,9 +228,14 @@ def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Deco
     return fill.Job(plan, dlm, decoder, 0, "python", trim_at=dlm.eos_id).decoder
 
 
-def fastest(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, cfg: SpeedConfig) -> Row:
+def fastest(
+    dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, cfg: SpeedConfig
+) -> Row:
     """The quickest of cfg.repeats decodes (each commits the same tokens: same seed)."""
-    return min((measure(dlm, name, decoder, start, prompt, mode, cfg.seed) for _ in range(cfg.repeats)), key=lambda r: r.seconds)
+    return min(
+        (measure(dlm, name, decoder, start, prompt, mode, cfg.seed) for _ in range(cfg.repeats)),
+        key=lambda r: r.seconds,
+    )
 
 
 def with_ratios(r: Row, base: Row) -> Row:
@@ -238,7 +244,8 @@ def with_ratios(r: Row, base: Row) -> Row:
         "call_speedup": base.call_s / r.call_s,  # how many times faster one model call is
         "calls": r.calls / base.calls,
         "tokens_s": r.tokens_s / base.tokens_s,  # completion throughput, x the baseline
-        "overhead_of_forward": r.overhead_s / base.call_s,  # the decoder's own time per call, as a share of one full forward
+        "overhead_of_forward": r.overhead_s
+        / base.call_s,  # the decoder's own time per call, as a share of one full forward
     }
     return r
 
@@ -295,7 +302,8 @@ def summary(rows: list[Row], dlm: Dlm, cfg: SpeedConfig) -> dict[str, Any]:
         "device": str(dlm.device),
         "dtype": str(dlm.dtype).removeprefix("torch."),
         "context": dlm.context,
-        "threads": torch.get_num_threads(),  # CPU: set OMP_NUM_THREADS; on a busy machine 1 thread times small calls truer
+        # CPU: set OMP_NUM_THREADS; on a busy machine 1 thread times small calls truer
+        "threads": torch.get_num_threads(),
         "settings": dataclasses.asdict(cfg),
         "baseline": f"{BASELINE}, one token per call, cache none",
         "decoder_settings": {name: options_for(name, cfg.block) for name in dict.fromkeys(r.decoder for r in rows)},
@@ -305,7 +313,8 @@ def summary(rows: list[Row], dlm: Dlm, cfg: SpeedConfig) -> dict[str, Any]:
 
 
 def targets(rows: list[Row]) -> dict[str, Any]:
-    """The issue's targets, reported (not enforced): overhead share per decoder; prefix cache speedup at the longest prompt."""
+    """The issue's targets, reported (not enforced): overhead share per decoder; prefix cache speedup at the longest
+    prompt."""
     worst: dict[str, float] = {}
     for r in rows:
         worst[r.decoder] = max(worst.get(r.decoder, 0.0), r.ratios["overhead_of_forward"])
@@ -325,19 +334,42 @@ def table(rows: list[Row], title: str) -> Any:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("prompt", "decoder", "cache", "calls", "TPF", "ms/call", "x call", "dec ms", "dec/fwd", "guard ms", "tok/s", "x tok/s"):
+    for name in (
+        "prompt",
+        "decoder",
+        "cache",
+        "calls",
+        "TPF",
+        "ms/call",
+        "x call",
+        "dec ms",
+        "dec/fwd",
+        "guard ms",
+        "tok/s",
+        "x tok/s",
+    ):
         t.add_column(name, justify="left" if name in ("decoder", "cache") else "right", no_wrap=True)
     for r in rows:
         t.add_row(
-            str(r.prompt), r.decoder, r.cache, str(r.calls), f"{r.tpf:.2f}", f"{r.call_s * 1e3:.1f}",
-            f"{r.ratios['call_speedup']:.2f}", f"{r.overhead_s * 1e3:.2f}", f"{r.ratios['overhead_of_forward']:.0%}",
-            "-" if r.guard_s is None else f"{r.guard_s * 1e3:.2f}", f"{r.tokens_s:.1f}", f"{r.ratios['tokens_s']:.2f}",
-        )  # fmt: skip
+            str(r.prompt),
+            r.decoder,
+            r.cache,
+            str(r.calls),
+            f"{r.tpf:.2f}",
+            f"{r.call_s * 1e3:.1f}",
+            f"{r.ratios['call_speedup']:.2f}",
+            f"{r.overhead_s * 1e3:.2f}",
+            f"{r.ratios['overhead_of_forward']:.0%}",
+            "-" if r.guard_s is None else f"{r.guard_s * 1e3:.2f}",
+            f"{r.tokens_s:.1f}",
+            f"{r.ratios['tokens_s']:.2f}",
+        )
     return t
 
 
 def load(choice: ModelChoice, shape: str | None = None) -> tuple[Dlm, str | None]:
-    """The model `choice` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights missing)."""
+    """The model `choice` names, to time, and a note when it is a random stand-in (`shape`, or the built-in weights
+    missing)."""
     from .. import models
     from ..core.errors import ModelError
     from ..models.device import resolve_device, resolve_dtype
@@ -351,19 +383,29 @@ def load(choice: ModelChoice, shape: str | None = None) -> tuple[Dlm, str | None
         dlm = standins.published(shape, where, resolve_dtype(choice.dtype, where))
         return dlm, f"{dlm.name}: random weights at the published shapes (times are real; TPF and outputs mean nothing)"
     try:
-        return models.load(name, device=device, dtype=choice.dtype, family=choice.family, trust_remote_code=choice.trust_remote_code), None
+        return models.load(
+            name, device=device, dtype=choice.dtype, family=choice.family, trust_remote_code=choice.trust_remote_code
+        ), None
     except ModelError:
         if name is not None:
             raise
     dlm = standins.builtin_stand_in(resolve_device(device))
-    return dlm, "the built-in weights are not installed: timing a random model of its architecture and size (TPF means nothing)"
+    return (
+        dlm,
+        "the built-in weights are not installed: timing a random model of its architecture and size"
+        " (TPF means nothing)",
+    )
 
 
-def grid(lengths: str | None, gen: int | None, block: int, cache: str | None, names: list[str], repeats: int, quick: bool) -> SpeedConfig:
+def grid(
+    lengths: str | None, gen: int | None, block: int, cache: str | None, names: list[str], repeats: int, quick: bool
+) -> SpeedConfig:
     """The CLI's flags as a SpeedConfig: a flag left out takes FULL's value, or QUICK's with --quick."""
     default = QUICK if quick else FULL
     given = {"lengths": lengths, "gen": gen, "cache": cache}
-    lengths, gen, cache = (default[k] if v is None else v for k, v in given.items())  # --gen 0 stays 0: an error, not a default
+    lengths, gen, cache = (
+        default[k] if v is None else v for k, v in given.items()
+    )  # --gen 0 stays 0: an error, not a default
     modes = tuple(m.strip() for m in cache.split(",") if m.strip())
     return SpeedConfig(parse_lengths(lengths), gen, block, modes, tuple(names) or default["decoders"], repeats=repeats)
 

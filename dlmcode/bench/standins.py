@@ -25,21 +25,55 @@ from ..models.base import Dlm
 
 # config.json of GSAI-ML/LLaDA-8B-Base (and -Instruct: same architecture), the fields the model reads
 LLADA_8B: dict[str, Any] = {
-    "model_type": "llada", "architectures": ["LLaDAModelLM"], "activation_type": "silu", "alibi": False,
-    "attention_layer_norm": False, "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama",
-    "d_model": 4096, "embedding_size": 126464, "include_bias": False, "include_qkv_bias": False,
-    "input_emb_norm": False, "layer_norm_type": "rms", "layer_norm_with_affine": True, "mlp_hidden_size": 12288,
-    "mlp_ratio": 4, "n_heads": 32, "n_kv_heads": 32, "n_layers": 32, "rms_norm_eps": 1e-05, "rope": True,
-    "rope_full_precision": True, "rope_theta": 500000.0, "scale_logits": False, "vocab_size": 126464,
-    "weight_tying": False, "max_sequence_length": 4096, "mask_token_id": 126336, "eos_token_id": 126081,
+    "model_type": "llada",
+    "architectures": ["LLaDAModelLM"],
+    "activation_type": "silu",
+    "alibi": False,
+    "attention_layer_norm": False,
+    "bias_for_layer_norm": False,
+    "block_group_size": 1,
+    "block_type": "llama",
+    "d_model": 4096,
+    "embedding_size": 126464,
+    "include_bias": False,
+    "include_qkv_bias": False,
+    "input_emb_norm": False,
+    "layer_norm_type": "rms",
+    "layer_norm_with_affine": True,
+    "mlp_hidden_size": 12288,
+    "mlp_ratio": 4,
+    "n_heads": 32,
+    "n_kv_heads": 32,
+    "n_layers": 32,
+    "rms_norm_eps": 1e-05,
+    "rope": True,
+    "rope_full_precision": True,
+    "rope_theta": 500000.0,
+    "scale_logits": False,
+    "vocab_size": 126464,
+    "weight_tying": False,
+    "max_sequence_length": 4096,
+    "mask_token_id": 126336,
+    "eos_token_id": 126081,
 }
 
 # config.json of Dream-org/Dream-v0-Base-7B (Qwen2.5-7B shapes)
 DREAM_7B: dict[str, Any] = {
-    "model_type": "Dream", "architectures": ["DreamModel"], "hidden_act": "silu", "hidden_size": 3584,
-    "intermediate_size": 18944, "max_position_embeddings": 131072, "num_attention_heads": 28,
-    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": None,
-    "rope_theta": 1000000.0, "tie_word_embeddings": False, "vocab_size": 152064, "mask_token_id": 151666,
+    "model_type": "Dream",
+    "architectures": ["DreamModel"],
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "vocab_size": 152064,
+    "mask_token_id": 151666,
 }
 SHAPES = {"llada-8b": ("llada", LLADA_8B), "dream-7b": ("dream", DREAM_7B)}
 
@@ -61,7 +95,9 @@ def builtin_stand_in(device: torch.device, seed: int = 0) -> Dlm:
     return dataclasses.replace(dlm, name="random stand-in of the built-in architecture")
 
 
-def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: dict[str, Any] | None = None, seed: int = 0) -> Dlm:
+def published(
+    shape: str, device: torch.device, dtype: torch.dtype, overrides: dict[str, Any] | None = None, seed: int = 0
+) -> Dlm:
     """A random model with the published config.json of `shape` (SHAPES), built straight on `device` in `dtype`.
 
     `overrides` replace config.json fields (tests shrink the model with them).
@@ -79,8 +115,10 @@ def published(shape: str, device: torch.device, dtype: torch.dtype, overrides: d
         raise UsageError(f"--shape {shape!r}: use one of {', '.join(SHAPES)}")
     family, config = SHAPES[shape]
     config = config | (overrides or {})
-    make = {"llada": lambda c: native_llada.LladaLM(native_llada.LladaConfig.from_json(c)),
-            "dream": lambda c: native_dream.DreamLM(native_dream.DreamConfig.from_json(c))}[family]  # fmt: skip
+    make = {
+        "llada": lambda c: native_llada.LladaLM(native_llada.LladaConfig.from_json(c)),
+        "dream": lambda c: native_dream.DreamLM(native_dream.DreamConfig.from_json(c)),
+    }[family]
     with torch.device("meta"):
         model = make(config)
     model = randomize(model.to_empty(device=device).to(dtype), seed).eval()
@@ -117,4 +155,3 @@ def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
         else:
             p.fill_(1.0)
     return model
-

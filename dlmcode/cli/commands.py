@@ -29,7 +29,7 @@ from .. import __version__
 from ..core import files, settings
 from ..core.entry import Command, OneLineErrors, reported
 from ..core.errors import UsageError
-from ..core.run import SEED_MAX, ModelChoice, RunSettings
+from ..core.run import SEED_MAX, ModelChoice, RunSettings, check_batch
 
 
 # Click's exception base as Typer raises it: the click package (typer < 0.22) or Typer's vendored copy
@@ -539,6 +539,7 @@ def serve(
     api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY", help="require Authorization: Bearer KEY on every request [env DLMCODE_API_KEY]")] = None,
     lang: Annotated[str | None, typer.Option(help="language of the syntax rule and breakage [default: python for the built-in model, none otherwise]")] = None,
     lines: Annotated[int, typer.Option(help="a fill ends after this many non-blank lines; 0 = no limit")] = 1,
+    batch: Annotated[int, typer.Option(help="decodes sharing each model forward (requests waiting, and OpenAI's n); 1 = one at a time")] = 4,
     device: Device = "auto",
     dtype: Dtype = "auto",
     family: Family = None,
@@ -558,10 +559,11 @@ def serve(
             raise UsageError(f"--port {port}: give 1 to 65535")
         if lines < 0:
             raise UsageError(f"--lines {lines}: give a number of lines, or 0 for no limit")
+        check_batch(batch)
         from .. import serve as server
 
         dlm = load_model(ModelChoice(model, device, dtype, family, trust_remote_code), quiet=False)
-        engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines)
+        engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines, batch)
         stopped_by = server.run(engine, host, port, api_key or None)
     if stopped_by is not None:
         stopped(stopped_by)

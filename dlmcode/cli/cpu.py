@@ -27,8 +27,12 @@ ENV = "DLMCODE_THREADS"
 INT = re.compile(r"[0-9]+")
 
 
-def threads_wanted(env: dict[str, str] | None = None, cores: int | None = None, load: float | None = None,
-                   torch_default: int | None = None) -> int | None:
+def threads_wanted(
+    env: dict[str, str] | None = None,
+    cores: int | None = None,
+    load: float | None = None,
+    torch_default: int | None = None,
+) -> int | None:
     """Threads to set: DLMCODE_THREADS, else free_cores() unless OMP_NUM_THREADS is set (None: leave torch's)."""
     env = os.environ if env is None else env
     cores = cores or os.cpu_count() or 1

@@ -45,8 +45,14 @@ class CanvasView:
         if not self.out.is_terminal or self.out.quiet:
             return last(steps)
         final = None
-        with Live(self.render(None), console=self.out, transient=True, refresh_per_second=12,
-                  redirect_stdout=False, redirect_stderr=False) as live:
+        with Live(
+            self.render(None),
+            console=self.out,
+            transient=True,
+            refresh_per_second=12,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ) as live:
             for final in steps:
                 live.update(self.render(final))
         return final
@@ -87,10 +93,15 @@ class CanvasView:
         calls = step.calls if step else 0
         filled = self.total - (step.canvas.n_holes if step else self.total)
         tpf = filled / calls if calls else 0.0
-        name = decoders.name_of(self.job.decoder) + (" (guarded)" if getattr(self.job.decoder, "completer", None) else "")
+        name = decoders.name_of(self.job.decoder) + (
+            " (guarded)" if getattr(self.job.decoder, "completer", None) else ""
+        )
         taken = f" · reopened {self.reopened}" if self.reopened else ""
-        return Text(f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "
-                    f"filled {filled}/{self.total} · TPF {tpf:.2f}{taken}", style="bold")
+        return Text(
+            f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "
+            f"filled {filled}/{self.total} · TPF {tpf:.2f}{taken}",
+            style="bold",
+        )
 
     def window(self) -> range:
         """Canvas positions to draw: the holes with some context either side."""
@@ -106,8 +117,10 @@ def summary(result: Result) -> str:
     """One line: what was filled, at what cost, and the syntax it broke."""
     taken = f", reopened {result.reopened}" if result.reopened else ""
     guarded = f" (guarded: {result.guard['guard_checks']:.0f} checks)" if result.guard is not None else ""
-    line = (f"{result.decoder}{guarded}: filled {result.filled} holes in {result.calls} calls "
-            f"(TPF {result.tpf:.2f}{taken}) in {result.seconds:.2f} s")
+    line = (
+        f"{result.decoder}{guarded}: filled {result.filled} holes in {result.calls} calls "
+        f"(TPF {result.tpf:.2f}{taken}) in {result.seconds:.2f} s"
+    )
     return f"{line} · {breakage_text(result)}"
 
 
@@ -155,7 +168,13 @@ def follow_training(records: Iterator[dict], out: Console) -> dict:
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("training"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[status]}"), TimeRemainingColumn())
+    columns = (
+        TextColumn("training"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeRemainingColumn(),
+    )
     record: dict = {}
     with Progress(*columns, console=out, transient=False, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task("train", total=None, status="preparing data…")
@@ -173,7 +192,8 @@ def follow_training(records: Iterator[dict], out: Console) -> dict:
 
 
 def training_done(record: dict) -> float:
-    """Share of the run done: wall time over the budget, or steps over the step limit (max_steps, steps) if that ends it sooner."""
+    """Share of the run done: wall time over the budget, or steps over the step limit (max_steps, steps) if that ends it
+    sooner."""
     share = record["elapsed"] / record["budget"] if record.get("budget") else 0.0
     if record.get("step_limit"):
         share = max(share, record["step"] / record["step_limit"])

@@ -26,8 +26,12 @@ from torch import Tensor
 from . import sampling
 from .errors import ModelError
 
-MIN_SHARED = 0.99  # share of the smaller tokenizer whose ids must agree (Dream vs Qwen3 differ only in a few added tokens)
-TRAIN_HINT = "train one with `dlmcode train-assistant --model MODEL -o out=DIR` and pass it with `-o assistant=DIR/best`"
+MIN_SHARED = (
+    0.99  # share of the smaller tokenizer whose ids must agree (Dream vs Qwen3 differ only in a few added tokens)
+)
+TRAIN_HINT = (
+    "train one with `dlmcode train-assistant --model MODEL -o out=DIR` and pass it with `-o assistant=DIR/best`"
+)
 
 
 class Assistant(Protocol):
@@ -45,7 +49,9 @@ class Assistant(Protocol):
 
     def __call__(self, x: Tensor, last: bool = False) -> Tensor: ...  # (N, T, D) -> (N, T or 1, vocab) logits
 
-    def extend(self, x: Tensor, past: Any = None) -> tuple[Tensor, Any]: ...  # x (N, n, D) after `past` -> last logits (N, vocab), new past
+    def extend(
+        self, x: Tensor, past: Any = None
+    ) -> tuple[Tensor, Any]: ...  # x (N, n, D) after `past` -> last logits (N, vocab), new past
 
 
 # ---------------------------------------------------------------- sharing the dLLM's tokenizer
@@ -55,7 +61,10 @@ def token_table(tokenizer: Any) -> list[str]:
     """id -> token string of a dLLM's or HF tokenizer (BuiltinTokenizer, models.hf.HfTokenizer or raw)."""
     inner = getattr(tokenizer, "tok", None) or getattr(tokenizer, "hf", None) or tokenizer
     if not hasattr(inner, "get_vocab"):
-        raise ModelError(f"cannot read the vocabulary of tokenizer {type(tokenizer).__name__}, so cannot check the assistant shares it")
+        raise ModelError(
+            f"cannot read the vocabulary of tokenizer {type(tokenizer).__name__}, so cannot check the assistant shares "
+            "it"
+        )
     vocab = inner.get_vocab()
     table = [""] * (max(vocab.values()) + 1)
     for piece, i in vocab.items():
@@ -70,7 +79,9 @@ def fingerprint(table: list[str], n: int) -> str:
 
 def shared_ids(dllm: list[str], assistant: list[str]) -> int:
     """How many leading ids mean the same token in both; a ModelError when that is not nearly all."""
-    n = next((i for i, (a, b) in enumerate(zip(dllm, assistant)) if a != b), min(len(dllm), len(assistant)))
+    n = next(
+        (i for i, (a, b) in enumerate(zip(dllm, assistant, strict=False)) if a != b), min(len(dllm), len(assistant))
+    )
     if n < MIN_SHARED * min(len(dllm), len(assistant)):
         raise ModelError(
             f"the assistant's tokenizer does not match the dLLM's: they agree on the first {n} ids only "
@@ -95,7 +106,10 @@ def marginals(logits: Tensor, vocab: int) -> Tensor:
     """The dLLM's distributions (..., V) restricted to the shared ids and renormalised (our choice:
     mass on dLLM-only ids such as its mask token is dropped)."""
     if logits.shape[-1] < vocab:
-        raise ModelError(f"the dLLM scores {logits.shape[-1]} tokens but the assistant expects {vocab}: they do not share a vocabulary")
+        raise ModelError(
+            f"the dLLM scores {logits.shape[-1]} tokens but the assistant expects {vocab}: they do not share a "
+            "vocabulary"
+        )
     probs = torch.softmax(logits.float(), dim=-1)[..., :vocab]  # (..., vocab)
     return probs / probs.sum(-1, keepdim=True).clamp_min(1e-12)
 
@@ -113,7 +127,9 @@ def prefix(assistant: Assistant, probs: Tensor) -> Tensor:
     return torch.cat([ends[0].expand(n, 1, -1), soft, ends[1].expand(n, 1, -1)], dim=1)
 
 
-def decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None = None) -> tuple[Tensor, Tensor]:
+def decode(
+    assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Decode N blocks left to right: token ids (N, B) and the entropy in nats of each token's
     next-token distribution (N, B). Greedy at temperature 0, else Gumbel-max with `rng`.
     The assistant keeps its keys and values: each token after the first runs one position."""
@@ -122,7 +138,9 @@ def decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.G
     return ids.clone(), entropies.clone()  # ordinary tensors: callers may use them where autograd records
 
 
-def _decode(assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None) -> tuple[Tensor, Tensor]:
+def _decode(
+    assistant: Assistant, probs: Tensor, temperature: float, rng: torch.Generator, banned: int | None
+) -> tuple[Tensor, Tensor]:
     x = prefix(assistant, probs)  # (N, B + 2, D)
     logits, past = assistant.extend(x)  # (N, vocab) after E(close)
     ids, entropies = [], []

@@ -6,6 +6,7 @@ Step per iteration. Nothing here knows about models, files or terminals.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,8 +24,12 @@ class Canvas:
 
     tokens: Tensor  # (L,) int64
     mask_id: int
-    late_ids: tuple[int, ...] = ()  # tokens committed last: their commit confidence is zeroed (LLaDA confidence_eos_eot_inf)
-    span: Tensor | None = None  # (L,) bool: the positions a decoder may write (the holes it started from); None = the holes now
+    late_ids: tuple[
+        int, ...
+    ] = ()  # tokens committed last: their commit confidence is zeroed (LLaDA confidence_eos_eot_inf)
+    span: Tensor | None = (
+        None  # (L,) bool: the positions a decoder may write (the holes it started from); None = the holes now
+    )
 
     def __post_init__(self) -> None:
         assert self.tokens.dim() == 1 and self.tokens.dtype == torch.long, (self.tokens.shape, self.tokens.dtype)
@@ -78,7 +83,9 @@ class Step:
     scores: Tensor  # (k,) the score each commit was chosen by
     calls: int  # model forward passes so far (NFE)
     info: Mapping[str, float] = field(default_factory=dict)  # decoder-specific counters
-    reopened: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # (r,) committed positions turned back into holes in this step (before `filled` was committed)
+    reopened: Tensor = field(
+        default_factory=lambda: torch.empty(0, dtype=torch.long)
+    )  # (r,) committed positions turned back into holes in this step (before `filled` was committed)
 
 
 class Decoder(Protocol):
@@ -93,7 +100,5 @@ class Decoder(Protocol):
 
 def last(steps: Iterator[Step]) -> Step | None:
     """Drain a Step stream and return its final Step (None when there was nothing to do)."""
-    step = None
-    for step in steps:
-        pass
-    return step
+    final = deque(steps, maxlen=1)  # consumes the stream, keeping only its last Step
+    return final[0] if final else None

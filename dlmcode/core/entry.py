@@ -31,7 +31,9 @@ class OneLine:
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except ClickException as err:
-            if type(err).__name__ == "NoArgsIsHelpError":  # `dlmcode` alone: its help (Typer's rich help printed it already)
+            if (
+                type(err).__name__ == "NoArgsIsHelpError"
+            ):  # `dlmcode` alone: its help (Typer's rich help printed it already)
                 if err.format_message().strip():
                     typer.echo(err.format_message())
             else:

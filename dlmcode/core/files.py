@@ -117,7 +117,9 @@ def probe_folder(path: str, target: Path) -> None:
     """Create and remove one temp file beside `target`: the only honest test that the edit can be written there."""
     folder = target.parent
     try:
-        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=folder)  # a kill here leaves a temp file the next run removes
+        fd, tmp = tempfile.mkstemp(
+            prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=folder
+        )  # a kill here leaves a temp file the next run removes
     except OSError as err:
         raise InputError(f"cannot edit {path} in place: cannot create a file in {folder} ({err.strerror})") from None
     os.close(fd)
@@ -244,8 +246,9 @@ LONE_LF = re.compile(r"(?<!\r)\n")
 
 def unified_diff(before: str, after: str, name: str) -> str:
     label = "stdin" if name == STDIN else name
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 fromfile=f"a/{label}", tofile=f"b/{label}")
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{label}", tofile=f"b/{label}"
+    )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 

@@ -55,7 +55,7 @@ class RunSettings:
     options: Mapping[str, Any] | None = None  # the decoder's settings (with a name only)
     temperature: float | None = None  # None: the decoder's own
     seed: int = 0
-    length: int | str | None = None  # holes: a number, "auto" (the length rule, dlmcode/jobs/length.py) or None (a span: its own count; bare ⟦fill⟧: the length rule)
+    length: int | str | None = None  # holes: a number, "auto" (the length rule, dlmcode/jobs/sizing.py) or None (a span: its own count; bare ⟦fill⟧: the length rule)
     lang: str | None = None  # language of the breakage check; None: not checked
     cache: str = "none"  # KV cache: none, prefix or dual
     cache_refresh: int = 0
@@ -83,6 +83,15 @@ def check_cache(mode: str, refresh: int) -> None:
         raise UsageError(f"--cache {mode!r}: use one of {', '.join(CACHE_MODES)}")
     if refresh < 0:
         raise UsageError(f"--cache-refresh {refresh}: give 0 (at block changes only) or a number of calls")
+
+
+MAX_BATCH = 64  # serve --batch: decodes sharing a forward; past this a forward only grows (and its memory) while each waits longer
+
+
+def check_batch(size: int) -> None:
+    """serve --batch, or a UsageError (checked before torch imports, and by the server's Engine)."""
+    if not 1 <= size <= MAX_BATCH:
+        raise UsageError(f"--batch {size}: give 1 to {MAX_BATCH} decodes sharing a forward")
 
 
 def check_device(name: str) -> re.Match[str] | None:

@@ -85,7 +85,9 @@ def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
 
 
 def _convert(raw: str, hint: Any) -> Any:
-    return settings.convert(raw, hint)  # the one key=value parser (dlmcode/core/settings.py): no inf/nan, no misspelt bools
+    return settings.convert(
+        raw, hint
+    )  # the one key=value parser (dlmcode/core/settings.py): no inf/nan, no misspelt bools
 
 
 def type_name(hint: Any) -> str:
@@ -102,7 +104,8 @@ def describe(name: str) -> dict[str, Any]:
         for f in dataclasses.fields(cls)
         if f.init and f.repr
     ]
-    return {"name": name, "description": (cls.__doc__ or "").strip().splitlines()[0], "settings": settings}
+    summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # the first paragraph, on one line
+    return {"name": name, "description": summary, "settings": settings}
 
 
 def settings_of(decoder: Any) -> dict[str, Any]:

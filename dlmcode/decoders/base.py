@@ -66,8 +66,12 @@ class BaseDecoder:
 
     temperature: float = setting(0.0, "0 = argmax tokens; > 0 samples them (Gumbel-max in float64)")
     block: int = setting(0, "holes per semi-autoregressive block, left to right; 0 = one block")
-    guard: bool = setting(False, "commit only tokens after which the holes left can still be filled so that the file parses")
-    completer: Any = field(default=None, repr=False, compare=False, metadata={"internal": True})  # the job's Guard (dlmcode.text.guard)
+    guard: bool = setting(
+        False, "commit only tokens after which the holes left can still be filled so that the file parses"
+    )
+    completer: Any = field(
+        default=None, repr=False, compare=False, metadata={"internal": True}
+    )  # the job's Guard (dlmcode.text.guard)
 
     def __post_init__(self) -> None:
         check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
@@ -118,17 +122,22 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
             visible = active if gate is None else active[~torch.isin(active, owed)]
             pos, ids, scores = EMPTY, EMPTY, torch.empty(0)
             if visible.numel():
-                pos, ids, scores = propose(decoder, logits, canvas, visible, BlockState(number, len(runs), len(positions), step), rng)
+                pos, ids, scores = propose(
+                    decoder, logits, canvas, visible, BlockState(number, len(runs), len(positions), step), rng
+                )
             if gate is not None:
-                pos, ids, scores, owed = through_gate(gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng)
+                pos, ids, scores, owed = through_gate(
+                    gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng
+                )
             canvas = canvas.fill(pos, ids)
             yield Step(index, canvas, pos, scores, calls, {"block": number})
             index += 1
             step += 1
 
 
-def propose(decoder: BaseDecoder, logits: Tensor, canvas: Canvas, active: Tensor, block: BlockState,
-            rng: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def propose(
+    decoder: BaseDecoder, logits: Tensor, canvas: Canvas, active: Tensor, block: BlockState, rng: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
     """The decoder's choice among the active holes: their positions, proposed ids and scores."""
     rows = logits[active]  # (H, V)
     ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), decoder.temperature, rng)  # (H,)
@@ -147,9 +156,19 @@ def open_gate(decoder: Any, canvas: Canvas) -> Any:
     return completer.begin(canvas.tokens) if getattr(decoder, "guard", False) and completer is not None else None
 
 
-def through_gate(gate: Any, canvas: Canvas, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, owed: Tensor,
-            temperature: float, rng: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    """The decoder's proposals and the owed holes (proposed anew) through the guard: what to commit, and what is owed now."""
+def through_gate(
+    gate: Any,
+    canvas: Canvas,
+    logits: Tensor,
+    pos: Tensor,
+    ids: Tensor,
+    scores: Tensor,
+    owed: Tensor,
+    temperature: float,
+    rng: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The decoder's proposals and the owed holes (proposed anew) through the guard: what to commit, and what is owed
+    now."""
     device = canvas.tokens.device
     owed = owed[canvas.holes[owed]]
     extra = owed[~torch.isin(owed, pos)]
@@ -221,7 +240,9 @@ class Revising(BaseDecoder):
 class Remasking(Revising):
     """A revising decoder with a reopen budget setting."""
 
-    max_reopen: float = setting(1.0, "tokens a decode may reopen, as a multiple of its holes (ours: bounds calls at (1 + this) x holes)")
+    max_reopen: float = setting(
+        1.0, "tokens a decode may reopen, as a multiple of its holes (ours: bounds calls at (1 + this) x holes)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -266,8 +287,17 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
             step += 1
 
 
-def _window(canvas: Canvas, span: Tensor, logits: Tensor, temperature: float, rng: torch.Generator,
-            current: Tensor, upto: Tensor, block: BlockState, calls: int) -> Window:  # fmt: skip
+def _window(
+    canvas: Canvas,
+    span: Tensor,
+    logits: Tensor,
+    temperature: float,
+    rng: torch.Generator,
+    current: Tensor,
+    upto: Tensor,
+    block: BlockState,
+    calls: int,
+) -> Window:
     rows = logits[span]  # (P, V)
     device = rows.device
     holes = canvas.holes[span].to(device)  # (P,)
@@ -275,10 +305,14 @@ def _window(canvas: Canvas, span: Tensor, logits: Tensor, temperature: float, rn
     tokens = torch.where(holes, ids, canvas.tokens[span].to(device))  # (P,) a hole's mask id may lie outside the logits
     logp = sampling.log_probs(rows)  # (P, V) once for both readings
     conf = logp.gather(-1, ids[:, None]).squeeze(-1).exp()  # (P,)
-    if canvas.late_ids:  # late ids are committed last: zero at holes only (a committed row's reading is a verdict, not an order)
+    if (
+        canvas.late_ids
+    ):  # late ids are committed last: zero at holes only (a committed row's reading is a verdict, not an order)
         conf = conf.masked_fill(holes & torch.isin(ids, torch.tensor(canvas.late_ids, device=device)), 0.0)
     kept = logp.gather(-1, tokens[:, None]).squeeze(-1).exp().masked_fill(holes, 0.0)  # (P,)
-    return Window(rows, ids, conf, kept, holes, current.to(device), upto.to(device), block, calls, len(span), canvas.mask_id)
+    return Window(
+        rows, ids, conf, kept, holes, current.to(device), upto.to(device), block, calls, len(span), canvas.mask_id
+    )
 
 
 def _checked(revision: Revision, window: Window, budget: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -33,14 +33,25 @@ from .threshold import select as threshold_select
 
 @dataclass(frozen=True)
 class Codila(BaseDecoder):
-    """A small left-to-right assistant writes each run of `block` holes from the model's predictions, so a run agrees (CoDiLA)."""
+    """A small left-to-right assistant writes each run of `block` holes from the model's predictions, so a run agrees
+    (CoDiLA)."""
 
     block: int = setting(4, "holes the assistant writes together as one run")  # CoDiLA's block B
-    mode: Literal["static", "dynamic", "verify"] = setting("static", "static: commit the assistant's surest run each call; dynamic: as much of a run as it is sure of; verify: it vetoes the model's commits")
+    mode: Literal["static", "dynamic", "verify"] = setting(
+        "static",
+        "static: commit the assistant's surest run each call; dynamic: as much of a run as it is sure of; verify: it "
+        "vetoes the model's commits",
+    )
     window: int = setting(10, "runs the assistant considers per call, from the left (the paper's 10)")
-    tau: float = setting(0.5, "dynamic: how unsure (mean entropy, nats) the assistant may be of what it commits; lower commits less")  # paper: 0.2, 0.5
-    threshold: float = setting(0.9, "verify: confidence (0-1) a hole needs to be committed alongside others")  # Fast-dLLM's threshold
-    penalty: float = setting(0.5, "verify: how much (0-1) a hole's confidence drops where the assistant disagrees with the model")  # conf *= 1 - penalty (our choice)
+    tau: float = setting(
+        0.5, "dynamic: how unsure (mean entropy, nats) the assistant may be of what it commits; lower commits less"
+    )  # paper: 0.2, 0.5
+    threshold: float = setting(
+        0.9, "verify: confidence (0-1) a hole needs to be committed alongside others"
+    )  # Fast-dLLM's threshold
+    penalty: float = setting(
+        0.5, "verify: how much (0-1) a hole's confidence drops where the assistant disagrees with the model"
+    )  # conf *= 1 - penalty (our choice)
     assistant: str | Assistant | None = field(default=None, repr=False, compare=False)  # set by the caller
 
     def __post_init__(self) -> None:
@@ -56,13 +67,17 @@ class Codila(BaseDecoder):
         if canvas.n_holes and self.assistant is None:
             raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")
         if canvas.n_holes and isinstance(self.assistant, str):
-            raise ModelError(f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.jobs.fill.with_assistant")
+            raise ModelError(
+                f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.jobs.fill.with_assistant"
+            )
         gate = open_gate(self, canvas)
         for index in range(canvas.n_holes):  # every step commits at least one hole (guarded too)
             if not canvas.n_holes:
                 return
             logits = predict(canvas.tokens)  # (L, V)
-            pos, ids, scores, from_assistant = MODES[self.mode](self, logits, canvas, candidates(canvas, self.block, self.window), rng)
+            pos, ids, scores, from_assistant = MODES[self.mode](
+                self, logits, canvas, candidates(canvas, self.block, self.window), rng
+            )
             if gate is not None:
                 pos, ids, scores = gate.admit(canvas.tokens, logits, pos, ids, scores)
             canvas = canvas.fill(pos, ids.to(canvas.tokens.device))
@@ -76,7 +91,9 @@ def candidates(canvas: Canvas, size: int, window: int) -> list[Tensor]:
     return [piece for run in runs for piece in run.split(size)][:window]
 
 
-def run_assistant(decoder: Codila, logits: Tensor, blocks: list[Tensor], mask_id: int, temperature: float, rng: torch.Generator) -> list[tuple[Tensor, Tensor]]:
+def run_assistant(
+    decoder: Codila, logits: Tensor, blocks: list[Tensor], mask_id: int, temperature: float, rng: torch.Generator
+) -> list[tuple[Tensor, Tensor]]:
     """(ids, entropies) of the assistant's decode of each block; blocks of one length share a batch."""
     assistant = decoder.assistant
     device = assistant.table.device
@@ -92,7 +109,11 @@ def run_assistant(decoder: Codila, logits: Tensor, blocks: list[Tensor], mask_id
 
 def late(ids: Tensor, late_ids: tuple[int, ...]) -> Tensor:
     """Which ids are to be committed last (Canvas.late_ids, e.g. end-of-text)."""
-    return torch.isin(ids, torch.tensor(late_ids, dtype=ids.dtype)) if late_ids else torch.zeros_like(ids, dtype=torch.bool)
+    return (
+        torch.isin(ids, torch.tensor(late_ids, dtype=ids.dtype))
+        if late_ids
+        else torch.zeros_like(ids, dtype=torch.bool)
+    )
 
 
 def static(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng: torch.Generator):
@@ -112,7 +133,7 @@ def prefix_length(entropies: Tensor, tau: float) -> int:
 
 def dynamic(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng: torch.Generator):
     """The longest low-entropy prefix of the leftmost block; one dLLM-confidence token when k < 2."""
-    (ids, ent), = run_assistant(d, logits, blocks[:1], canvas.mask_id, d.temperature, rng)
+    ((ids, ent),) = run_assistant(d, logits, blocks[:1], canvas.mask_id, d.temperature, rng)
     k = prefix_length(ent.masked_fill(late(ids, canvas.late_ids), math.inf), d.tau)
     if k >= 2:
         return blocks[0][:k], ids[:k], ent[:k], k

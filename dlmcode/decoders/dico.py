@@ -25,18 +25,37 @@ from .base import BaseDecoder, BlockState, Choice, check, setting
 
 @dataclass(frozen=True)
 class DiCo(BaseDecoder):
-    """Commits sure holes in parallel inside small clusters of neighbours spread over the fill; a stricter rule finishes the last few (DiCo)."""
+    """Commits sure holes in parallel inside small clusters of neighbours spread over the fill; a stricter rule finishes
+    the last few (DiCo)."""
 
     seeds: int = setting(4, "clusters started per call (the paper finds 2 to 10 alike)")  # N; 4 is ours
-    sigma: float = setting(4.0, "how far apart, in holes, the clusters' seeds are kept; larger spreads them more")  # Soft-NMS: a seed scales a hole d away by 1 - exp(-d^2/2sigma^2) (ours)
-    guidance: float = setting(0.05, "preference for seeds near the left of the fill; 0 = none")  # seed score x exp(-guidance * holes from the leftmost hole) (ours)
-    expand: float = setting(0.75, "how sure (0-1) the model must be of a neighbouring hole to add it to a cluster")  # top-1 probability (ours)
-    factor: float = setting(1.0, "commits inside a cluster as the factor decoder does; larger commits more")  # Conquer: rank-n bar 1 - f/(n+1); the paper's rule is f = 1
-    scope: Literal["cluster", "union"] = setting("cluster", "cluster: the factor rule in each cluster on its own; union: over all clusters together")  # ours: clusters are weakly dependent
-    stall: int = setting(1, "a call that commits this many holes or fewer hands over to the finishing rule")  # Conquer -> Finalize (ours)
-    final: int = setting(4, "with this many holes or fewer left in the block, the finishing rule decides")  # Finalize (ours)
-    blend: float = setting(0.5, "finishing rule: weight of the top probability against the gap to the second choice (0-1)")  # blend * p1 + (1 - blend) * sigmoid(logit margin) (ours)
-    final_tau: float = setting(0.9, "finishing rule: score (0-1) a hole needs to be committed alongside others; at least one is")  # compound score (ours)
+    sigma: float = setting(
+        4.0, "how far apart, in holes, the clusters' seeds are kept; larger spreads them more"
+    )  # Soft-NMS: a seed scales a hole d away by 1 - exp(-d^2/2sigma^2) (ours)
+    guidance: float = setting(
+        0.05, "preference for seeds near the left of the fill; 0 = none"
+    )  # seed score x exp(-guidance * holes from the leftmost hole) (ours)
+    expand: float = setting(
+        0.75, "how sure (0-1) the model must be of a neighbouring hole to add it to a cluster"
+    )  # top-1 probability (ours)
+    factor: float = setting(
+        1.0, "commits inside a cluster as the factor decoder does; larger commits more"
+    )  # Conquer: rank-n bar 1 - f/(n+1); the paper's rule is f = 1
+    scope: Literal["cluster", "union"] = setting(
+        "cluster", "cluster: the factor rule in each cluster on its own; union: over all clusters together"
+    )  # ours: clusters are weakly dependent
+    stall: int = setting(
+        1, "a call that commits this many holes or fewer hands over to the finishing rule"
+    )  # Conquer -> Finalize (ours)
+    final: int = setting(
+        4, "with this many holes or fewer left in the block, the finishing rule decides"
+    )  # Finalize (ours)
+    blend: float = setting(
+        0.5, "finishing rule: weight of the top probability against the gap to the second choice (0-1)"
+    )  # blend * p1 + (1 - blend) * sigmoid(logit margin) (ours)
+    final_tau: float = setting(
+        0.9, "finishing rule: score (0-1) a hole needs to be committed alongside others; at least one is"
+    )  # compound score (ours)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -25,9 +25,12 @@ from .base import BaseDecoder, BlockState, Choice, setting
 
 @dataclass(frozen=True)
 class Dus(BaseDecoder):
-    """Commits each block of `block` holes in about log2(block) calls, never two neighbouring holes in one call (DUS)."""
+    """Commits each block of `block` holes in about log2(block) calls, never two
+    neighbouring holes in one call (DUS)."""
 
-    block: int = setting(8, "holes per block, each block committed in about log2(block) calls; 0 = all holes in one block")  # B: ceil(log2 B) calls, TPF about B / log2 B
+    block: int = setting(
+        8, "holes per block, each block committed in about log2(block) calls; 0 = all holes in one block"
+    )  # B: ceil(log2 B) calls, TPF about B / log2 B
 
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         groups = dilated_groups(block.holes)

@@ -13,9 +13,12 @@ from .base import BaseDecoder, BlockState, Choice, check, setting
 
 @dataclass(frozen=True)
 class EntropyBound(BaseDecoder):
-    """Commits the holes the model is least unsure of while their combined uncertainty stays under gamma (EB-sampler)."""
+    """Commits the holes the model is least unsure of while their combined uncertainty
+    stays under gamma (EB-sampler)."""
 
-    gamma: float = setting(0.1, "uncertainty (entropy, nats) one call may commit besides its surest hole; larger commits more")  # DiffusionGemma's default 0.1
+    gamma: float = setting(
+        0.1, "uncertainty (entropy, nats) one call may commit besides its surest hole; larger commits more"
+    )  # DiffusionGemma's default 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -16,7 +16,9 @@ from .scheduled import Scheduled
 class Entropy(Scheduled):
     """Commits first the holes the model is least unsure of (lowest entropy; Dream's entropy order)."""
 
-    eps: float = setting(1e-3, "Dream's last timestep; a detail of its step schedule, there to match Dream")  # timesteps run linspace(1, eps, steps + 1)
+    eps: float = setting(
+        1e-3, "Dream's last timestep; a detail of its step schedule, there to match Dream"
+    )  # timesteps run linspace(1, eps, steps + 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -14,7 +14,9 @@ from .base import BaseDecoder, BlockState, Choice, check, setting
 class Factor(BaseDecoder):
     """Commits several of the surest holes per call, fewer when the model is unsure (Fast-dLLM's factor rule)."""
 
-    factor: float = setting(1.0, "larger commits more holes per call (the n-th surest needs confidence 1 - factor/(n+1))")
+    factor: float = setting(
+        1.0, "larger commits more holes per call (the n-th surest needs confidence 1 - factor/(n+1))"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -24,14 +24,25 @@ BUFFER = 1 << 21  # elements of each (pairs, V) working buffer of `overlaps`: 16
 
 @dataclass(frozen=True)
 class MeanField(BaseDecoder):
-    """Commits sure holes in parallel but holds back holes whose predictions look alike, which tend to clash (Mean-Field)."""
+    """Commits sure holes in parallel but holds back holes whose predictions look alike, which tend to clash
+    (Mean-Field)."""
 
-    block: int = setting(32, "holes per block, decoded left to right; the time per call grows with its square")  # S6's 32; the paper's is UNVERIFIED
-    tau: float = setting(0.9, "score (0-1) a hole needs to be committed; lower commits more per call")  # T; S6's 0.9; the paper's default UNVERIFIED
+    block: int = setting(
+        32, "holes per block, decoded left to right; the time per call grows with its square"
+    )  # S6's 32; the paper's is UNVERIFIED
+    tau: float = setting(
+        0.9, "score (0-1) a hole needs to be committed; lower commits more per call"
+    )  # T; S6's 0.9; the paper's default UNVERIFIED
     iterations: int = setting(2, "refinement rounds of the scores per call (the paper finds 2 enough)")  # R
-    normalize: Literal["max", "none"] = setting("max", "max: scale the penalty for alike holes so its largest is 1; none: leave it as it is")  # D /= max: S6's reading, UNVERIFIED; ours
-    init: Literal["sigmoid", "zero", "half"] = setting("sigmoid", "scores before refining: sigmoid of the margin, 0 or 1/2")  # q0; S6: sigmoid; ours
-    support: int = setting(32, "compare two holes on their top-N tokens only (faster; can only raise the penalty); 0 = every token")  # ours
+    normalize: Literal["max", "none"] = setting(
+        "max", "max: scale the penalty for alike holes so its largest is 1; none: leave it as it is"
+    )  # D /= max: S6's reading, UNVERIFIED; ours
+    init: Literal["sigmoid", "zero", "half"] = setting(
+        "sigmoid", "scores before refining: sigmoid of the margin, 0 or 1/2"
+    )  # q0; S6: sigmoid; ours
+    support: int = setting(
+        32, "compare two holes on their top-N tokens only (faster; can only raise the penalty); 0 = every token"
+    )  # ours
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,7 +53,9 @@ class MeanField(BaseDecoder):
         check(self.support >= 0, "support", self.support, "must be >= 0")
 
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
-        rows, q = select(logits, self.tau, self.iterations, self.normalize, self.init, late=conf == 0, support=self.support)
+        rows, q = select(
+            logits, self.tau, self.iterations, self.normalize, self.init, late=conf == 0, support=self.support
+        )
         return Choice(rows, q[rows])
 
 
@@ -63,7 +76,9 @@ def select(
     logp = sampling.log_probs(logits)  # (H, V) float64
     vocab = logp.shape[-1]
     pooled = 0 < 2 * support < vocab
-    top = logp.topk(min(max(support, 2) if pooled else 2, vocab), dim=-1)  # (H, k): sorted, so its first two give the margin
+    top = logp.topk(
+        min(max(support, 2) if pooled else 2, vocab), dim=-1
+    )  # (H, k): sorted, so its first two give the margin
     c = top.values[:, 0] - top.values[:, min(1, top.values.shape[1] - 1)]  # (H,) top-2 log-probability gap
     if late is not None:
         c = c.masked_fill(late, -math.inf)
@@ -90,9 +105,13 @@ def pairwise_top(logp: Tensor, top: Tensor) -> Tensor:
     i, j = torch.triu_indices(h, h, offset=1, device=logp.device)  # (P,), (P,)
     if not len(i):
         return d
-    member = torch.zeros(logp.shape, dtype=torch.bool, device=logp.device).scatter_(1, top, True)  # (H, V) tops of each row
+    member = torch.zeros(logp.shape, dtype=torch.bool, device=logp.device).scatter_(
+        1, top, True
+    )  # (H, V) tops of each row
     cols = torch.cat([top[i], top[j]], dim=-1)  # (P, 2k)
-    keep = torch.cat([torch.ones_like(top[j], dtype=torch.bool), ~member[i[:, None], top[j]]], dim=-1)  # j's tops not in i's
+    keep = torch.cat(
+        [torch.ones_like(top[j], dtype=torch.bool), ~member[i[:, None], top[j]]], dim=-1
+    )  # j's tops not in i's
     pi = logp[i[:, None], cols].exp() * keep  # (P, 2k); never (P, V) copies
     pj = logp[j[:, None], cols].exp() * keep
     pi = torch.cat([pi, (1 - pi.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)  # (P, 2k + 1)
@@ -144,7 +163,7 @@ def overlap(p: Tensor, q: Tensor) -> Tensor:
 def chunks(i: Tensor, j: Tensor, vocab: int, buffer: int) -> list[tuple[Tensor, Tensor]]:
     """The pair index lists cut so that each chunk's (pairs, vocab) buffer has <= `buffer` elements."""
     size = pairs_per_chunk(vocab, buffer)
-    return list(zip(i.split(size), j.split(size)))
+    return list(zip(i.split(size), j.split(size), strict=True))
 
 
 def pairs_per_chunk(vocab: int, buffer: int) -> int:

@@ -29,7 +29,11 @@ PHASES = (1 / 3, 2 / 3)  # the authors' progress bounds between early, mid and l
 class Prophet(Revising, Scheduled):
     """Commits one hole per call until the model's answer has settled, then every hole left at once (Prophet)."""
 
-    gap_early: float = setting(7.5, "settled: the gap between the top two choices (mean logit) that commits the rest in the first third of the steps")  # authors: 7.5
+    gap_early: float = setting(
+        7.5,
+        "settled: the gap between the top two choices (mean logit) that commits the rest in the first third of the "
+        "steps",
+    )  # authors: 7.5
     gap_mid: float = setting(5.0, "... in the second third")  # authors: 5.0
     gap_late: float = setting(2.5, "... in the last third")  # authors: 2.5
 
@@ -43,7 +47,9 @@ class Prophet(Revising, Scheduled):
             rows = window.holes.nonzero().squeeze(-1)
             return Revision(rows, window.conf[rows])
         active = window.holes & window.current  # (P,)
-        k = sampling.even_split(window.block.holes, self.steps_for(window.block.holes, window.block.number, window.block.count))[window.block.step]
+        k = sampling.even_split(
+            window.block.holes, self.steps_for(window.block.holes, window.block.number, window.block.count)
+        )[window.block.step]
         rows = sampling.top(window.conf.masked_fill(~active, -1.0), min(k, int(active.sum())))
         return Revision(rows, window.conf[rows])
 

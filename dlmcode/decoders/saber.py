@@ -33,7 +33,9 @@ class Saber(Remasking):
     """Commits more per call as the fill grows surer, and takes back the tokens whose confidence fell most (Saber)."""
 
     at_least: int = setting(2, "holes committed per call at least")  # the authors' n = 2
-    backtrack: float = setting(0.125, "tokens taken back per call, as a share of the call's commits (at least at_least // 2)")  # authors' code: 1/8
+    backtrack: float = setting(
+        0.125, "tokens taken back per call, as a share of the call's commits (at least at_least // 2)"
+    )  # authors' code: 1/8
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,9 +50,13 @@ class Saber(Remasking):
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         seen = window.conf.masked_fill(~window.upto, float("-inf"))  # (P,)
         last = memory.get("last", torch.zeros_like(seen))  # (P,)
-        drop = torch.where(seen.isfinite() & last.isfinite(), seen - last, float("inf"))  # (P,) change since the last call
+        drop = torch.where(
+            seen.isfinite() & last.isfinite(), seen - last, float("inf")
+        )  # (P,) change since the last call
         memory["last"] = seen
-        final = memory.setdefault("final", torch.full_like(seen, float("-inf")))  # (P,) confidence each position was last committed with
+        final = memory.setdefault(
+            "final", torch.full_like(seen, float("-inf"))
+        )  # (P,) confidence each position was last committed with
         commit = self.accelerate(seen, final, window.holes & window.upto)
         final[commit] = seen[commit]
         left = window.holes & window.upto  # (P,)
@@ -58,7 +64,11 @@ class Saber(Remasking):
         if not bool(left.any()):
             return Revision(commit, seen[commit])
         filled = ~left & window.upto  # (P,) committed after this call's commits
-        reopen = drop.masked_fill(~filled, float("inf")).topk(self.backtracked(commit.numel(), int(filled.sum())), largest=False).indices
+        reopen = (
+            drop.masked_fill(~filled, float("inf"))
+            .topk(self.backtracked(commit.numel(), int(filled.sum())), largest=False)
+            .indices
+        )
         return settle(commit, seen[commit], reopen)
 
     def accelerate(self, conf: Tensor, final: Tensor, active: Tensor) -> Tensor:

@@ -18,8 +18,18 @@ class Scheduled(BaseDecoder):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.steps is None or self.steps > 0, "steps", self.steps, "must be > 0")
-        check(self.tokens_per_step is None or self.tokens_per_step > 0, "tokens_per_step", self.tokens_per_step, "must be > 0")
-        check(self.steps is None or self.tokens_per_step is None, "steps", self.steps, "and tokens_per_step are alternatives: set one")
+        check(
+            self.tokens_per_step is None or self.tokens_per_step > 0,
+            "tokens_per_step",
+            self.tokens_per_step,
+            "must be > 0",
+        )
+        check(
+            self.steps is None or self.tokens_per_step is None,
+            "steps",
+            self.steps,
+            "and tokens_per_step are alternatives: set one",
+        )
 
     def steps_for(self, holes: int, number: int, count: int) -> int:
         """Steps of block `number` of `count`: LLaDA gives each block steps // count.

@@ -41,16 +41,26 @@ EMPTY = torch.empty(0, dtype=torch.long)
 class SyntaxGuard(BaseDecoder):
     """ours: commit 8+ spread-out tokens a call by Fast-dLLM's factor rule, guarded so the fill always parses."""
 
-    guard: bool = setting(True, "commit only tokens after which the holes left can still be filled so that the file parses")
-    factor: float = setting(4.0, "parallel rule: commit the n most confident safe proposals while the n-th has conf >= 1 - f/(n+1)")
+    guard: bool = setting(
+        True, "commit only tokens after which the holes left can still be filled so that the file parses"
+    )
+    factor: float = setting(
+        4.0, "parallel rule: commit the n most confident safe proposals while the n-th has conf >= 1 - f/(n+1)"
+    )
     floor: int = setting(8, "parallel rule: commit at least this many of the most confident safe proposals per call")
-    topup: bool = setting(True, "when fewer than `floor` proposals are safe, commit the most confident flagged ones up to `floor`")
+    topup: bool = setting(
+        True, "when fewer than `floor` proposals are safe, commit the most confident flagged ones up to `floor`"
+    )
     spread: bool = setting(True, "never commit two adjacent holes in one call (DUS's dilation; ours to combine)")
     patience: int = setting(2, "calls in a row a committed token must sit in a new error before it may be reopened")
-    flags: bool = setting(False, "commit proposals outside the draft's new syntax errors first (the syntax oracle's flags)")
+    flags: bool = setting(
+        False, "commit proposals outside the draft's new syntax errors first (the syntax oracle's flags)"
+    )
     reopen: float = setting(0.0, "tokens reopened for persisting errors, at most this share of the holes per decode")
     reopen_per_call: int = setting(2, "tokens reopened for persisting errors, at most this many per call")
-    repairs: int = setting(0, "times a complete but broken span has its smallest new-error region reopened and decoded again")
+    repairs: int = setting(
+        0, "times a complete but broken span has its smallest new-error region reopened and decoded again"
+    )
     repair_size: int = setting(8, "tokens a repair reopens at most (the first ones of the region)")
     oracle: Any = field(default=None, repr=False, compare=False)  # set by the job (dlmcode.text.oracle.attach)
 
@@ -89,7 +99,8 @@ class SyntaxGuard(BaseDecoder):
                 canvas = yield from run.step(canvas, span, {"block": -1, "repair": repair + 1})
 
     def broken_region(self, canvas: Canvas) -> Tensor | None:
-        """The first `repair_size` positions of the smallest new-error region of a complete canvas; None when not broken."""
+        """The first `repair_size` positions of the smallest new-error region of a complete canvas; None when not
+        broken."""
         verdict = self.oracle(canvas.tokens)
         if not verdict.broken or not verdict.regions:
             return None
@@ -104,7 +115,9 @@ class Run:
         self.decoder, self.predict, self.rng = decoder, predict, rng
         self.calls = self.index = 0
         self.budget = decoder.reopen_budget(canvas.n_holes)
-        self.streak = torch.zeros(len(canvas.tokens), dtype=torch.long)  # (L,) calls in a row a committed position was flagged
+        self.streak = torch.zeros(
+            len(canvas.tokens), dtype=torch.long
+        )  # (L,) calls in a row a committed position was flagged
         self.pending = EMPTY  # positions a repair reopened before the next call
         self.gate = open_gate(decoder, canvas)
 
@@ -122,7 +135,9 @@ class Run:
         reopened = self.reopen_persisting(canvas, positions, flagged, logits)
         canvas = canvas.reopen(reopened) if reopened.numel() else canvas
         active = torch.isin(holes, positions.to(device))  # (H,) holes of the active block
-        chosen = choose(conf, active, active & ~flagged[holes], d.factor, d.floor, d.topup, holes if d.spread else None)  # (k,) rows of `holes`
+        chosen = choose(
+            conf, active, active & ~flagged[holes], d.factor, d.floor, d.topup, holes if d.spread else None
+        )  # (k,) rows of `holes`
         pos, ids, scores = holes[chosen], ids[chosen], conf[chosen]
         if self.gate is not None:
             pos, ids, scores = self.gate.admit(canvas.tokens, logits, pos, ids, scores)
@@ -143,7 +158,8 @@ class Run:
         return self.decoder.oracle(draft).flagged.to(canvas.tokens.device)
 
     def reopen_persisting(self, canvas: Canvas, positions: Tensor, flagged: Tensor, logits: Tensor) -> Tensor:
-        """Committed positions of the active block flagged `patience` calls in a row, least likely first, within budget."""
+        """Committed positions of the active block flagged `patience` calls in a row,
+        least likely first, within budget."""
         device = canvas.tokens.device
         committed = canvas.writable & ~canvas.holes  # (L,)
         committed[~torch.isin(torch.arange(len(committed), device=device), positions.to(device))] = False
@@ -153,15 +169,24 @@ class Run:
         if limit <= 0 or due.numel() == 0:
             return EMPTY.to(device)
         probs = logits[due.to(logits.device)].float().softmax(-1)  # (r, V)
-        likely = probs.gather(1, canvas.tokens[due].to(logits.device).unsqueeze(1)).squeeze(1).cpu()  # (r,) p(committed token)
+        likely = (
+            probs.gather(1, canvas.tokens[due].to(logits.device).unsqueeze(1)).squeeze(1).cpu()
+        )  # (r,) p(committed token)
         picked = due[likely.argsort()[:limit]].sort().values  # (k,)
         self.budget -= picked.numel()
         self.streak[picked] = 0
         return picked.to(device)
 
 
-def choose(conf: Tensor, active: Tensor, safe: Tensor, factor: float, floor: int, topup: bool = False,
-           positions: Tensor | None = None) -> Tensor:  # fmt: skip
+def choose(
+    conf: Tensor,
+    active: Tensor,
+    safe: Tensor,
+    factor: float,
+    floor: int,
+    topup: bool = False,
+    positions: Tensor | None = None,
+) -> Tensor:
     """Rows to commit: the factor rule (at least `floor`) over safe rows; none safe: the most confident active row
     (topup: the most confident flagged rows fill up to `floor`). With `positions` (spread), a row next to
     a more confident candidate is left for a later call."""

@@ -14,7 +14,9 @@ from .base import BaseDecoder, BlockState, Choice, check, setting
 class Threshold(BaseDecoder):
     """Commits at once every hole the model is at least tau sure of, and always the surest one (Fast-dLLM)."""
 
-    tau: float = setting(0.9, "confidence (0-1) a hole needs to be committed alongside others; lower is faster and breaks more")
+    tau: float = setting(
+        0.9, "confidence (0-1) a hole needs to be committed alongside others; lower is faster and breaks more"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -23,16 +23,24 @@ from torch import Tensor
 
 from .base import EMPTY, Remasking, Revision, Window, check, setting
 
-FIRST_LAST_ACCEPT = 30  # the authors' code starts `last_accept` at 30, so the first call's narrow-out is uncapped in practice
+FIRST_LAST_ACCEPT = (
+    30  # the authors' code starts `last_accept` at 30, so the first call's narrow-out is uncapped in practice
+)
 
 
 @dataclass(frozen=True)
 class Wino(Remasking):
     """Commits drafts readily, then takes back tokens the model has grown unsure of and fills them again (WINO)."""
 
-    tau_wide: float = setting(0.7, "confidence (0-1) a hole needs to be committed; lower commits more per call")  # wide in; authors' HumanEval/MBPP config: 0.7
-    tau_narrow: float = setting(0.9, "a committed token the model grows less sure of than this (0-1) may be taken back")  # narrow out; authors: 0.9
-    accept_share: float = setting(0.7, "commits per call: at most this share of the block's holes ...")  # authors' code: 0.7
+    tau_wide: float = setting(
+        0.7, "confidence (0-1) a hole needs to be committed; lower commits more per call"
+    )  # wide in; authors' HumanEval/MBPP config: 0.7
+    tau_narrow: float = setting(
+        0.9, "a committed token the model grows less sure of than this (0-1) may be taken back"
+    )  # narrow out; authors: 0.9
+    accept_share: float = setting(
+        0.7, "commits per call: at most this share of the block's holes ..."
+    )  # authors' code: 0.7
     accept_min: int = setting(5, "... but that cap is never below this many ...")  # authors' code: 5
     accept_max: int = setting(20, "... nor above this many")  # authors' code: 20
 

@@ -5,7 +5,11 @@ inside a worker it hands its tokens to the `Batcher` and blocks; the Batcher wai
 every running decode has asked (or finished), runs ONE batched forward over all the requests
 (`ForwardBatch`: right padding to the longest, a key-padding mask so padded positions are
 never attended, rows cut back to each length) and hands each its own (L_i, V) logits. torch
-releases the GIL inside a forward, and all workers are blocked while it runs.
+releases the GIL inside a forward, and all workers are blocked while it runs. A KV-cached
+predict (models/cache.py) keeps its own cache per decode; where the family batches cached
+runs (`Dlm.run_rows`, the built-in model), its model runs are `RoutedRun` and join the same
+forwards (full runs together, each row's block against its own cached keys together). The
+server's queue (serve/queue.py) drives these pieces for requests that come and go.
 
 Why the results do not depend on the batch size (the drift users report for Fast-dLLM,
 docs/research/field.md D.2): only the forward is shared. Every decode keeps its own decoder, canvas
@@ -47,7 +51,7 @@ T = TypeVar("T")
 _local = threading.local()  # .slot: the Slot of the decode this worker thread runs
 
 
-class Cancelled(BaseException):
+class Stopped(BaseException):
     """Raised inside a decode's predict when the batched run stops (another decode failed, Ctrl-C).
 
     A BaseException, like KeyboardInterrupt, so that no `except Exception` in a decoder swallows it.
@@ -67,11 +71,41 @@ class Routed:
         return slot.submit(self.forward, tokens)
 
 
+class RoutedRun:
+    """A KV-cached predict's model run (models/cache.py Runner) that, inside a batched run's
+    worker, joins the next batched forward of cached runs (`Dlm.run_rows`): each decode keeps
+    its own cache, only the forward is shared."""
+
+    def __init__(self, run: Callable[..., Tensor], rows: Callable[[list], list[Tensor]]) -> None:
+        self.run, self.rows = run, rows
+
+    def __call__(self, ids: Tensor, start: int = 0, kv=None) -> Tensor:
+        slot = current()
+        if slot is None or kv is None:  # not in a batched run: the model itself
+            return self.run(ids, start, kv)
+        return slot.submit(self.rows, (ids[0], start, kv))  # type: ignore[arg-type]  # (1, n, V)
+
+
 def batched(dlm: Dlm) -> Dlm:
-    """`dlm` with a Routed predict: jobs built on it can be run by run_batched (and alone, unchanged)."""
+    """`dlm` with a Routed predict, and cached predicts whose runs are routed too where the family
+    batches them (`run_rows`): jobs built on it can be run by a Batcher (and alone, unchanged)."""
     if isinstance(dlm.predict, Routed):
         return dlm
-    return dataclasses.replace(dlm, predict=Routed(dlm.forward_batch or one_by_one(dlm.predict)))
+    cached = dlm.cached
+    if cached is not None and dlm.run_rows is not None:
+        cached = routed_cache(cached, dlm.run_rows)
+    return dataclasses.replace(dlm, predict=Routed(dlm.forward_batch or one_by_one(dlm.predict)), cached=cached)
+
+
+def routed_cache(make: Callable, rows: Callable[[list], list[Tensor]]) -> Callable:
+    """A `Dlm.cached` whose fresh predicts run the model through RoutedRun."""
+
+    def cached(settings):
+        predict = make(settings)
+        predict.run = RoutedRun(predict.run, rows)
+        return predict
+
+    return cached
 
 
 def current() -> Slot | None:
@@ -99,13 +133,13 @@ class Slot:
         start = time.perf_counter()
         with self.cond:
             if self.stopped():
-                raise Cancelled
+                raise Stopped
             self.forward, self.request = forward, tokens
             self.cond.notify_all()
             while self.response is None and not self.stopped():
                 self.cond.wait()
             if self.response is None:
-                raise Cancelled
+                raise Stopped
             logits, self.response = self.response, None
         self.waited += time.perf_counter() - start
         return logits
@@ -124,7 +158,7 @@ class Batcher:
     def map(self, works: Iterable[Callable[[], T]]) -> Iterator[T]:
         """Each work's value, in the order given, as soon as it and those before it are done.
 
-        A work that raises stops the others (their next predict raises Cancelled) and the error
+        A work that raises stops the others (their next predict raises Stopped) and the error
         is raised here; so is Ctrl-C, which arrives in this (the calling) thread.
         """
         todo, n = enumerate(works), 0
@@ -169,7 +203,7 @@ class Batcher:
         _local.slot = slot
         try:
             slot.value = work()
-        except BaseException as err:  # handed to the caller by map(); Cancelled ones are never looked at
+        except BaseException as err:  # handed to the caller by map(); Stopped ones are never looked at
             slot.error = err
         finally:
             _local.slot = None
@@ -201,7 +235,7 @@ class Batcher:
                 self.cond.notify_all()
 
     def shutdown(self, active: dict[int, Slot]) -> None:
-        """Stop the works still running (their next predict raises Cancelled) and wait for their threads."""
+        """Stop the works still running (their next predict raises Stopped) and wait for their threads."""
         with self.cond:
             self.stop = True
             self.cond.notify_all()
@@ -225,6 +259,8 @@ def run_batched(jobs: Iterable[Job], batch_size: int) -> list[Result]:
     jobs = list(jobs)
     for i, job in enumerate(jobs):
         if not isinstance(job.dlm.predict, Routed):
-            raise ValueError(f"job {i}: its model's predict is not batched: build the jobs on batch.batched(dlm)"
-                             " (a KV-cached predict cannot be batched)")  # fmt: skip
+            raise ValueError(
+                f"job {i}: its model's predict is not batched: build the jobs on batch.batched(dlm)"
+                " (a KV-cached predict cannot be batched)"
+            )
     return list(Batcher(batch_size).map([functools.partial(run_job, job) for job in jobs]))

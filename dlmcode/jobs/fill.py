@@ -28,7 +28,7 @@ from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
 from ..text import guard, oracle, spans, syntax
 from .processors import Ban, Penalty, Processor, names, processed
-from . import length as sizing
+from . import sizing
 
 Follow = Callable[[Iterator[Step]], Step | None]
 
@@ -52,7 +52,7 @@ class Result:
     guard: Mapping[str, Any] | None = None  # a guarded decode's counters (guard.Stats); None: unguarded
     notes: tuple[str, ...] = ()  # one line each, for the user: why a guard asked for could not hold
     processors: tuple[str, ...] = ()  # what was done to the logits (jobs/processors.py), by name
-    sized: tuple[int, ...] = ()  # holes the length rule chose per hole of unknown length (jobs/length.py); its call is in `calls`
+    sized: tuple[int, ...] = ()  # holes the length rule chose per hole of unknown length (jobs/sizing.py); its call is in `calls`
 
     @property
     def tpf(self) -> float:
@@ -252,7 +252,7 @@ GENERATE_ROOM = 128  # the probe's holes for generate --length auto: the default
 
 def auto_length(source: str, span: tuple[int, int] | None, tokenizer: Any, room: int) -> int:
     """The probe's holes for --length auto: a span's token count with room to spare (half again, at
-    least 8, at most AUTO_MAX_EXTRA), or the length rule's `room` for markers (dlmcode/jobs/length.py)."""
+    least 8, at most AUTO_MAX_EXTRA), or the length rule's `room` for markers (jobs/sizing.py)."""
     if span is None:
         return room
     start, end = spans.line_span(source, span)
@@ -327,8 +327,9 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
         sized = probed(dlm, spans.plan_infill(source, model.vocab, span, room), [0])
         plan = spans.plan_infill(source, model.vocab, span, sized.lengths[0])
     else:
-        sized = probed(dlm, spans.plan_infill(source, model.vocab, None, None, bare=[room] * len(unknown)), unknown)
-        plan = spans.plan_infill(source, model.vocab, None, None, bare=sized.lengths)
+        plan_for = functools.partial(spans.plan_infill, source, model.vocab, span, None)
+        sized = probed(dlm, plan_for(bare=[room] * len(unknown)), unknown)
+        plan = plan_for(bare=sized.lengths)
     return Job(plan, model, built, run.seed, run.lang, processors=exact_length(model), sized=sized)
 
 
@@ -382,19 +383,22 @@ def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None =
         raise UsageError(f"--chat: model {model.name!r} has no chat template")
     eos = eos or EndOfText()
     text = model.chat(prompt) if use_chat else prompt
+    plan_for = functools.partial(spans.plan_generate, text, model.vocab)
     sized = None
     if run.length == AUTO:
         ends = tuple(i for i in (model.eos_id, model.eot_id) if i is not None)
-        sized = probed(dlm, spans.plan_generate(text, model.vocab, min(GENERATE_ROOM, model.context // 2)), [0], ends)
-    plan = spans.plan_generate(text, model.vocab, sized.lengths[0] if sized else run.length)
+        sized = probed(dlm, plan_for(min(GENERATE_ROOM, model.context // 2)), [0], ends)
+    plan = plan_for(sized.lengths[0] if sized else run.length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
+    processors = eos.processors(model)
     if not use_chat:
-        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=eos.processors(model), sized=sized)
+        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=processors, sized=sized)
     if oracle.wants(built):
-        raise UsageError(f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat")
+        raise UsageError(
+            f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat"
+        )
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
-    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=eos.processors(model),
-               sized=sized)  # fmt: skip
+    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=processors, sized=sized)
 
 
 def prepare_middle(
@@ -415,7 +419,7 @@ def prepare_middle(
 ) -> Job:
     """A Job that fills `length` holes at an editor's cursor, between `prefix` and `suffix` (the server's job).
 
-    `unknown`: `length` is only a ceiling; the length rule (dlmcode/jobs/length.py) reads the fill's
+    `unknown`: `length` is only a ceiling; the length rule (jobs/sizing.py) reads the fill's
     length from one call over min(length, its room) holes, with `end_ids` (default: the
     family's) as the ends, and the holes then hold code only. Otherwise `end_ids` (pad,
     end-of-text) may end the fill early: they are committed last, and the caller cuts the
@@ -425,12 +429,11 @@ def prepare_middle(
                       cache=cache, cache_refresh=cache_refresh)  # fmt: skip
     raw = default_model(dlm)
     built, model = decoding(raw, run)
+    plan_for = functools.partial(spans.plan_middle, prefix, suffix, model.vocab)
     if unknown:
-        sized = probed(raw, spans.plan_middle(prefix, suffix, model.vocab, min(length, sizing.rule_for(raw.family).room)), [0],
-                       end_ids or None)  # fmt: skip
-        plan = spans.plan_middle(prefix, suffix, model.vocab, sized.lengths[0])
-        return Job(plan, model, built, seed, lang, processors=exact_length(model), sized=sized)
-    plan = spans.plan_middle(prefix, suffix, model.vocab, length)
+        sized = probed(raw, plan_for(min(length, sizing.rule_for(raw.family).room)), [0], end_ids or None)
+        return Job(plan_for(sized.lengths[0]), model, built, seed, lang, processors=exact_length(model), sized=sized)
+    plan = plan_for(length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
     return Job(plan, model, built, seed, lang, processors=() if end_ids else exact_length(model))
 
@@ -458,7 +461,7 @@ class EndOfText:
 def exact_length(model: Dlm) -> tuple[Processor, ...]:
     """Holes of a fixed length hold code, so the pad token is never proposed.
 
-    A hole of unknown length is sized first (jobs/length.py), so it is a fixed length too.
+    Only --length auto over-allocates and leaves room for pads (which splicing strips).
     """
     return () if model.pad_id is None else (Ban((model.pad_id,), "pad"),)
 

@@ -62,7 +62,9 @@ def load(
         dlm = FAMILIES[key].load(path, dev, dt, trust_remote_code)
     except torch.OutOfMemoryError:
         size = str(dt).removeprefix("torch.")
-        raise ModelError(f"model {name!r} does not fit in {dev} memory as {size}; try --dtype bf16 or another --device") from None
+        raise ModelError(
+            f"model {name!r} does not fit in {dev} memory as {size}; try --dtype bf16 or another --device"
+        ) from None
     except DlmcodeError:
         raise
     except Exception as err:  # what an adapter does not diagnose itself (a broken folder): one line, not a traceback
@@ -78,7 +80,8 @@ def builtin_path() -> Path:
 
 
 def resolve(name: str, offline: bool | None = None) -> Path:
-    """A local folder, or the snapshot of a hub id (cached, else downloaded unless offline); ModelError for anything else."""
+    """A local folder, or the snapshot of a hub id (cached, else downloaded unless offline); ModelError for anything
+    else."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path
@@ -114,7 +117,15 @@ def cached(repo_id: str) -> Path | None:
         return None
 
 
-WANTED = ["*.json", "*.safetensors", "*.py", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # config, weights, tokenizer, code
+WANTED = [
+    "*.json",
+    "*.safetensors",
+    "*.py",
+    "*.model",
+    "*.txt",
+    "*.jinja",
+    "*.tiktoken",
+]  # config, weights, tokenizer, code
 LEGACY_WEIGHTS = ["pytorch_model*.bin"]  # fetched only when a repo has no safetensors
 
 

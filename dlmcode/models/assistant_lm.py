@@ -80,7 +80,9 @@ class CausalBlock(nn.Module):
         """Causal attention of x's positions; with `past` ([k, v] of the positions before them, or []),
         they also attend to those, and `past` is updated to hold theirs too."""
         n, length, dim = x.shape
-        qkv = self.qkv(x).view(n, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)  # (3, N, H, T, hd)
+        qkv = (
+            self.qkv(x).view(n, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)
+        )  # (3, N, H, T, hd)
         (q, k), v = layers.apply_rope(qkv[:2], cos, sin), qkv[2]  # q and k rotated in one go: decoding is op-bound
         if past:
             k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (N, H, P + T, hd)
@@ -136,7 +138,9 @@ class TinyAssistant(nn.Module):
         if cached is None or len(cached[0]) < length:
             size = max(length, 2 * len(cached[0]) if cached else 64)
             with torch.inference_mode(False):  # made during decoding, used by training too: never an inference tensor
-                cached = self._rope[device] = layers.rope_tables(size, self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, device)
+                cached = self._rope[device] = layers.rope_tables(
+                    size, self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, device
+                )
         return cached[0][:length], cached[1][:length]
 
     def extend(self, x: Tensor, past: list[list[Tensor]] | None = None) -> tuple[Tensor, list[list[Tensor]]]:
@@ -174,8 +178,13 @@ class HfAssistant(nn.Module):
         return out.logits[:, -1, : self.vocab], out.cache
 
     def meta(self) -> dict:
-        return {"vocab": self.vocab, "open_id": self.open_id, "close_id": self.close_id,
-                "vocab_sha256": self.vocab_sha256, "dllm": self.dllm}  # fmt: skip
+        return {
+            "vocab": self.vocab,
+            "open_id": self.open_id,
+            "close_id": self.close_id,
+            "vocab_sha256": self.vocab_sha256,
+            "dllm": self.dllm,
+        }
 
 
 def boundary_ids(model: Any, tokenizer: Any) -> tuple[int, int]:
@@ -235,7 +244,9 @@ def load_hf(path: Path, device: torch.device | str, dtype: torch.dtype) -> HfAss
     meta = json.loads((path / HF_META).read_text())
     with hf.quiet():
         model = AutoModelForCausalLM.from_pretrained(path, **hf.pretrained_kwargs(dtype, False)).to(device).eval()
-    return HfAssistant(model, meta["vocab"], meta["open_id"], meta["close_id"], meta["vocab_sha256"], meta.get("dllm", ""))
+    return HfAssistant(
+        model, meta["vocab"], meta["open_id"], meta["close_id"], meta["vocab_sha256"], meta.get("dllm", "")
+    )
 
 
 @functools.lru_cache(maxsize=4)

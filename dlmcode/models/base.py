@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -30,8 +31,15 @@ class Dlm:
     special_ids: frozenset[int] = field(default_factory=frozenset)  # ids never shown as code (mask, pad, eos, ...)
     eot_id: int | None = None  # end-of-turn, where the family has one (LLaDA 126348)
     bos_id: int | None = None  # put first on every canvas, for models trained that way
-    cached: Callable[[CacheSettings], Predict] | None = None  # a fresh predict with a prefix/dual KV cache; None: no cache
-    forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/forward.py); None: one predict each
+    cached: Callable[[CacheSettings], Predict] | None = (
+        None  # a fresh predict with a prefix/dual KV cache; None: no cache
+    )
+    forward_batch: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = (
+        None  # [(L_i,)] -> [(L_i, V)] in one padded forward (models/forward.py); None: one predict each
+    )
+    run_rows: Callable[[list[Any]], list[torch.Tensor]] | None = (
+        None  # several cached predicts' runs in one forward (cache.run_rows); None: each runs alone
+    )
 
     @property
     def vocab(self) -> Vocab:

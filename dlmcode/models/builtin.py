@@ -85,13 +85,19 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         b, length, dim = x.shape
-        q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)  # each (B, H, L, hd)
+        q, k, v = (
+            self.qkv(x).view(b, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)
+        )  # each (B, H, L, hd)
         q, k = layers.apply_rope(q, cos, sin), layers.apply_rope(k, cos, sin)
         if cache is not None:  # a KV cache (models/cache.py) joins them with the kept k/v of the positions not run
             k, v = cache.join(k, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, hd), bidirectional; mask (B, 1, 1, L) only hides padding
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask
+        )  # (B, H, L, hd), bidirectional; mask (B, 1, 1, L) only hides padding
         return self.out(y.transpose(1, 2).reshape(b, length, dim))
 
 
@@ -111,7 +117,9 @@ class Block(nn.Module):
         self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
         self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, cache: kvcache.LayerKV | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         x = x + self.attn(self.norm1(x), cos, sin, cache, mask)
         return x + self.down(F.gelu(self.up(self.norm2(x))))
 
@@ -131,22 +139,33 @@ class DlmcodeDiffusionLM(nn.Module):
     def init_weights(self) -> None:
         layers.init_weights(self, self.cfg.n_layers, (linear for b in self.blocks for linear in (b.attn.out, b.down)))
 
-    def hidden(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
+    def hidden(
+        self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
 
-        `mask` (B, L) bool, True at real positions: keys where it is False (right padding of a
-        batch, models/forward.py) are never attended.
+        `mask` (B, K) bool, True at real keys: keys where it is False (right padding of a batch,
+        models/forward.py and models/cache.run_rows) are never attended. `start` may be (B,):
+        row r's positions start at start[r].
         """
-        cos, sin = layers.rope_tables(ids.shape[1], self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, ids.device, start)
+        head_dim = self.cfg.dim // self.cfg.n_heads
+        if isinstance(start, Tensor):  # (B,) a batch of cached runs, each from its own position (models/cache.run_rows)
+            cos, sin = layers.rope_rows(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
+        else:
+            cos, sin = layers.rope_tables(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, None if kv is None else kv.layer(i), None if mask is None else mask[:, None, None, :])
+            x = block(
+                x, cos, sin, None if kv is None else kv.layer(i), None if mask is None else mask[:, None, None, :]
+            )
         return self.norm(x)
 
     def logits(self, h: Tensor) -> Tensor:
         return h @ self.embed.weight.t()  # (..., V), tied head
 
-    def forward(self, ids: Tensor, start: int = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         return self.logits(self.hidden(ids, start, kv, mask))  # (B, L, V)
 
 
@@ -165,7 +184,10 @@ class BuiltinTokenizer:
         try:
             return cls(Tokenizer.from_file(str(path)))
         except Exception as err:  # tokenizers raises a bare Exception for a corrupt file
-            raise ModelError(f"model folder {str(Path(path).parent)!r}: {Path(path).name} is not a readable tokenizer ({first_line(err)})") from None
+            raise ModelError(
+                f"model folder {str(Path(path).parent)!r}: {Path(path).name} is not a readable tokenizer "
+                f"({first_line(err)})"
+            ) from None
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -181,14 +203,18 @@ def matches(config: dict) -> bool:
     return config.get("model_type") == MODEL_TYPE or ARCHITECTURE in config.get("architectures", [])
 
 
-def save(model: DlmcodeDiffusionLM, tokenizer: BuiltinTokenizer, path: Path, dtype: torch.dtype = torch.bfloat16) -> None:
+def save(
+    model: DlmcodeDiffusionLM, tokenizer: BuiltinTokenizer, path: Path, dtype: torch.dtype = torch.bfloat16
+) -> None:
     """Write config.json, model.safetensors (in `dtype`) and tokenizer.json into `path`."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(model.cfg.to_json(), indent=2) + "\n")
-    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}  # a CUDA-trained model saves too
+    state = {
+        k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()
+    }  # a CUDA-trained model saves too
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "model.safetensors").chmod(0o644)  # safetensors writes 0600; the wheel ships it
     tokenizer.save(path / "tokenizer.json")
@@ -204,8 +230,12 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> DlmcodeD
     except ValueError as err:
         raise ModelError(f"model folder {where!r}: config.json: {err}") from None
     weights = Path(path) / "model.safetensors"
-    check_shapes(where, cfg, read_shapes(weights))  # before anything is allocated: config.json alone could ask for terabytes
-    with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global generator: give it back untouched
+    check_shapes(
+        where, cfg, read_shapes(weights)
+    )  # before anything is allocated: config.json alone could ask for terabytes
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # nn.Linear's own init draws from the global generator: give it back untouched
         model = DlmcodeDiffusionLM(cfg, init_weights=False)  # not on "meta": that imports torch._refs (seconds)
     model.load_state_dict(read_weights(weights))
     return model.to(device=device, dtype=dtype).eval()
@@ -232,7 +262,9 @@ def read_shapes(file: Path) -> dict[str, tuple[int, ...]]:
 
 
 def unreadable(file: Path, err: Exception) -> ModelError:
-    return ModelError(f"model folder {str(file.parent)!r}: {file.name} cannot be read, it is truncated or corrupt ({first_line(err)})")
+    return ModelError(
+        f"model folder {str(file.parent)!r}: {file.name} cannot be read, it is truncated or corrupt ({first_line(err)})"
+    )
 
 
 def layout(cfg: BuiltinConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
@@ -240,8 +272,14 @@ def layout(cfg: BuiltinConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tu
     DlmcodeDiffusionLM's state_dict has this layout; a test holds them together."""
     d, hidden = cfg.dim, cfg.ffn_mult * cfg.dim
     top = {"embed.weight": (cfg.vocab_size, d), "norm.weight": (d,)}
-    block = {"norm1.weight": (d,), "attn.qkv.weight": (3 * d, d), "attn.out.weight": (d, d), "norm2.weight": (d,),
-             "up.weight": (hidden, d), "down.weight": (d, hidden)}  # fmt: skip
+    block = {
+        "norm1.weight": (d,),
+        "attn.qkv.weight": (3 * d, d),
+        "attn.out.weight": (d, d),
+        "norm2.weight": (d,),
+        "up.weight": (hidden, d),
+        "down.weight": (d, hidden),
+    }
     return top, block
 
 
@@ -261,17 +299,24 @@ def check_shapes(where: str, cfg: BuiltinConfig, shapes: dict[str, tuple[int, ..
     for name, shape in sorted(shapes.items(), key=lambda item: (item[0].startswith("blocks."), item[0])):  # embed first
         wanted = expected_shape(cfg, name)
         if wanted is None:
-            raise ModelError(f"model folder {where!r}: model.safetensors has {name!r}, a tensor the model config.json describes does not have")
+            raise ModelError(
+                f"model folder {where!r}: model.safetensors has {name!r}, a tensor the model config.json describes "
+                "does not have"
+            )
         if shape != wanted:
-            raise ModelError(f"model folder {where!r}: model.safetensors does not match config.json: {name} is "
-                             f"{shape} in the weights, {wanted} by config.json")  # fmt: skip
+            raise ModelError(
+                f"model folder {where!r}: model.safetensors does not match config.json: {name} is "
+                f"{shape} in the weights, {wanted} by config.json"
+            )
     top, block = layout(cfg)
     needed = len(top) + len(block) * cfg.n_layers
     if len(shapes) < needed:  # every name is known and unique, so some are missing: the first is among the first len+1
         names = itertools.chain(top, (f"blocks.{i}.{rest}" for i in range(cfg.n_layers) for rest in block))  # lazy
         missing = next(name for name in names if name not in shapes)
-        raise ModelError(f"model folder {where!r}: model.safetensors lacks {missing!r} ({needed - len(shapes)} tensor(s) "
-                         f"config.json implies are missing; it says n_layers {cfg.n_layers})")  # fmt: skip
+        raise ModelError(
+            f"model folder {where!r}: model.safetensors lacks {missing!r} ({needed - len(shapes)} tensor(s) "
+            f"config.json implies are missing; it says n_layers {cfg.n_layers})"
+        )
 
 
 def make_predict(model: DlmcodeDiffusionLM):
@@ -304,6 +349,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
         forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
+        run_rows=kvcache.run_rows(model.hidden, model.logits, cfg.pad_id, device),
     )
 
 

@@ -69,6 +69,81 @@ class LayerKV:
         return kv.k[self.i], kv.v[self.i]
 
 
+class RowsKV:
+    """Several decodes' KV caches as one batch (run_rows): row r runs its first `sizes[r]` query
+    positions through its own cache, and attention sees each row's keys padded to the longest."""
+
+    def __init__(self, kvs: list[KV], sizes: list[int]) -> None:
+        self.kvs, self.sizes = kvs, sizes
+
+    def layer(self, i: int) -> RowsLayerKV:
+        return RowsLayerKV(self, i)
+
+
+@dataclass(frozen=True)
+class RowsLayerKV:
+    rows: RowsKV
+    i: int
+
+    def join(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k/v (B, Hkv, n, hd) -> each row's own join, right-padded to (B, Hkv, K, hd)
+        (the caller masks the padding)."""
+        joined = [
+            kv.layer(self.i).join(k[r : r + 1, :, :n], v[r : r + 1, :, :n])
+            for r, (kv, n) in enumerate(zip(self.rows.kvs, self.rows.sizes, strict=True))
+        ]
+        return pad_keys([a for a, _ in joined]), pad_keys([b for _, b in joined])
+
+
+def pad_keys(rows: list[Tensor]) -> Tensor:
+    """[(1, H, K_r, hd)] -> (B, H, max K_r, hd), zeros after each row's keys."""
+    longest = max(r.shape[2] for r in rows)
+    out = rows[0].new_zeros((len(rows), rows[0].shape[1], longest, rows[0].shape[3]))
+    for i, r in enumerate(rows):
+        out[i, :, : r.shape[2]] = r[0]
+    return out
+
+
+RowRun = tuple[Tensor, int, KV]  # one cached predict's run: (n,) ids at positions start.., its cache (kv.span set)
+
+
+def run_rows(
+    hidden: Callable[..., Tensor], head: Callable[[Tensor], Tensor], pad_id: int, device: torch.device
+) -> Callable[[list[RowRun]], list[Tensor]]:
+    """Several cached predicts' runs in at most two forwards of `hidden` (a Runner's hidden
+    states, taking a key mask and per-row starts, as builtin's): the full runs together
+    (right-padded, as forward.padded) and the partial runs together (each row's few positions
+    against its own cached keys, padded keys masked). Each gets back its (1, n, V) logits,
+    `head` applied to its own rows only (no (B, n, V) tensor of padding is ever made).
+    Why: a partial run is a few positions, so a forward costs about the same for one row as for
+    eight: sharing it is where batching pays on a CPU (batch.py routes the runs here)."""
+
+    def run(requests: list[RowRun]) -> list[Tensor]:
+        out: list[Tensor | None] = [None] * len(requests)
+        for partial in (False, True):
+            group = [i for i, (_, _, kv) in enumerate(requests) if (kv.span is not None) == partial]
+            if group:
+                for i, logits in zip(group, forward_rows([requests[i] for i in group], partial), strict=True):
+                    out[i] = logits
+        return out  # type: ignore[return-value]
+
+    def forward_rows(rows: list[RowRun], partial: bool) -> list[Tensor]:
+        sizes = [len(ids) for ids, _, _ in rows]
+        ids = torch.full((len(rows), max(sizes)), pad_id, dtype=torch.long, device=device)  # (B, n)
+        for r, (row, _, _) in enumerate(rows):
+            ids[r, : len(row)] = row.to(device)
+        keys = [
+            kv.k[0].shape[2] if partial else n for (_, _, kv), n in zip(rows, sizes, strict=True)
+        ]  # each row's key count
+        mask = torch.arange(max(keys), device=device)[None] < torch.tensor(keys, device=device)[:, None]  # (B, K)
+        starts = torch.tensor([start for _, start, _ in rows], device=device)  # (B,)
+        with torch.inference_mode():  # the batch runs in the batcher's thread; the caches are inference tensors
+            states = hidden(ids, starts, RowsKV([kv for _, _, kv in rows], sizes), mask)  # (B, n, D)
+            return [head(states[r : r + 1, :n]) for r, n in enumerate(sizes)]  # (1, n_r, V) each
+
+    return run
+
+
 def block_spans(holes: Tensor, size: int) -> list[tuple[int, int]]:
     """[first, last + 1) position of each run of `size` holes (0: one run), as decoders/base.blocks splits them."""
     runs = holes.split(size) if size > 0 else [holes]
@@ -89,7 +164,9 @@ class CachedPredict:
     ) -> None:
         self.run, self.settings, self.mask_id, self.device = run, settings, mask_id, device
         self.align = align  # undoes a logit shift on the (L, V) logits (Dream)
-        self.lookback = lookback  # extra positions run before the block: Dream scores position i from hidden state i - 1
+        self.lookback = (
+            lookback  # extra positions run before the block: Dream scores position i from hidden state i - 1
+        )
         self.kv = KV()
         self.logits: Tensor | None = None  # (L, V) last computed logits of every position, unaligned
         self.seen: Tensor | None = None  # (L,) tokens at the last refresh: when each position outside the span last ran
@@ -103,7 +180,10 @@ class CachedPredict:
         ids = tokens.to(self.device, torch.long)  # (L,)
         with torch.inference_mode():
             if not self.continues(ids):  # a new decode: split its holes into blocks and start afresh
-                self.spans, self.logits = block_spans((ids == self.mask_id).nonzero().squeeze(-1), self.settings.block), None
+                self.spans, self.logits = (
+                    block_spans((ids == self.mask_id).nonzero().squeeze(-1), self.settings.block),
+                    None,
+                )
             self.prev = ids.clone()
             span = self.plan(ids)
             if span is None:
@@ -175,5 +255,7 @@ def with_cache(dlm: Dlm, mode: str = "none", refresh: int = 0, block: int = 0) -
     if mode == "none":
         return dlm
     if dlm.cached is None:
-        raise UsageError(f"--cache {mode}: model {dlm.name!r} ({dlm.family}) has no KV cache; builtin, llada and dream do")
+        raise UsageError(
+            f"--cache {mode}: model {dlm.name!r} ({dlm.family}) has no KV cache; builtin, llada and dream do"
+        )
     return dataclasses.replace(dlm, predict=dlm.cached(settings))

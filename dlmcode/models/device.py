@@ -24,9 +24,13 @@ def resolve_device(name: str) -> torch.device:
     if m is None:
         return torch.device(next(kind for kind in AUTO_ORDER if AVAILABLE[kind]()))
     if not AVAILABLE[m["kind"]]():
-        raise ModelError(f"--device {name}: no {m['kind'].upper()} device is available here; use --device cpu or --device auto")
+        raise ModelError(
+            f"--device {name}: no {m['kind'].upper()} device is available here; use --device cpu or --device auto"
+        )
     if m["index"] is not None and m["kind"] == "cuda" and int(m["index"]) >= torch.cuda.device_count():
-        raise ModelError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0")
+        raise ModelError(
+            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+        )
     return torch.device(name)
 
 

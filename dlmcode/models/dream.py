@@ -26,7 +26,9 @@ from .base import Dlm
 
 DREAM_MASK_ID = 151666  # <|mask|>
 DREAM_EOS_ID = 151643  # <|endoftext|>, also Dream's pad
-DREAM_CONTEXT = 2048  # Dream README: trained at 2,048 tokens (config.json inherits Qwen2.5's 131072); our choice to cap at it
+DREAM_CONTEXT = (
+    2048  # Dream README: trained at 2,048 tokens (config.json inherits Qwen2.5's 131072); our choice to cap at it
+)
 PAD_TOKEN = "<|dlm_pad|>"  # DiffuCoder pads generations with its own token
 EOT_TOKEN = "<|im_end|>"  # Qwen ChatML end of turn (Instruct models)
 TITLE = "Dream"
@@ -64,7 +66,8 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     padded = forward.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device)  # pads are never attended
     return dataclasses.replace(
         dlm,
-        # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before the block
+        # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before
+        # the block
         cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device, align, lookback=1),
         forward_batch=lambda seqs: [align(logits) for logits in padded(seqs)],
     )
@@ -89,7 +92,9 @@ def qwen2_tokenizer(path: Path) -> Any:
     try:
         return Qwen2Tokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as err:
-        raise ModelError(f"model {hf.label(path)!r}: cannot load its tokenizer as Qwen2's ({hf.first_line(err)})") from None
+        raise ModelError(
+            f"model {hf.label(path)!r}: cannot load its tokenizer as Qwen2's ({hf.first_line(err)})"
+        ) from None
 
 
 def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Dlm:
@@ -100,8 +105,23 @@ def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dty
     return adapt(path, config, tok, hf.vocab_size(model), hf.make_predict(model, align=align), device, dtype)
 
 
-def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype) -> Dlm:
+def adapt(
+    path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype
+) -> Dlm:
     """The Dlm around a Dream-family model: hf.adapt with Dream's published ids, its pad token, and its context cap."""
     context = min(int(config.get("max_position_embeddings") or DREAM_CONTEXT), DREAM_CONTEXT)
-    return hf.adapt(path, config, tok, vocab, predict, device, dtype, family="dream", context=context,
-                    mask_id=DREAM_MASK_ID, eos_id=DREAM_EOS_ID, eot_token=EOT_TOKEN, pad_token=PAD_TOKEN)  # fmt: skip
+    return hf.adapt(
+        path,
+        config,
+        tok,
+        vocab,
+        predict,
+        device,
+        dtype,
+        family="dream",
+        context=context,
+        mask_id=DREAM_MASK_ID,
+        eos_id=DREAM_EOS_ID,
+        eot_token=EOT_TOKEN,
+        pad_token=PAD_TOKEN,
+    )

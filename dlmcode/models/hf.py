@@ -23,8 +23,16 @@ from . import forward
 from .base import Dlm
 
 WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
-TRANSFORMERS_4 = 'pip install "transformers>=4.46,<5"'  # the remote-code dLLMs were written and pinned for 4.x (docs/research/field.md A.4)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+# the remote-code dLLMs were written and pinned for 4.x (docs/research/field.md A.4)
+TRANSFORMERS_4 = 'pip install "transformers>=4.46,<5"'
 
 
 def label(path: Path) -> str:
@@ -137,7 +145,9 @@ def chat_fn(hf: Any, bos_id: int | None) -> Callable[[str], str] | None:
     bos = hf.bos_token if bos_id is not None and hf.bos_token else None
 
     def chat(request: str) -> str:
-        text = hf.apply_chat_template([{"role": "user", "content": request}], add_generation_prompt=True, tokenize=False)
+        text = hf.apply_chat_template(
+            [{"role": "user", "content": request}], add_generation_prompt=True, tokenize=False
+        )
         return text.removeprefix(bos) if bos else text
 
     return chat
@@ -192,7 +202,10 @@ def framed(ids: Tensor, head: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def make_forward_batch(
-    model: Any, pad_id: int, align: Callable[[Tensor], Tensor] | None = None, frame: tuple[list[int], list[int]] = ([], [])
+    model: Any,
+    pad_id: int,
+    align: Callable[[Tensor], Tensor] | None = None,
+    frame: tuple[list[int], list[int]] = ([], []),
 ) -> Callable[[list[Tensor]], list[Tensor]]:
     """make_predict for several canvases in one forward (models/forward.py): each framed as predict
     frames it, right-padded with `pad_id` and hidden by attention_mask, its rows aligned and cut back."""
@@ -202,13 +215,17 @@ def make_forward_batch(
     def forward_batch(seqs: list[Tensor]) -> list[Tensor]:
         seqs = [s.to(device, torch.long) for s in seqs]
         frames = [framed(s, head, tail) for s in seqs]
-        ids, keep = forward.pad([torch.cat([pre, s, post]) for s, (pre, post) in zip(seqs, frames)], pad_id)  # (B, P)
+        ids, keep = forward.pad(
+            [torch.cat([pre, s, post]) for s, (pre, post) in zip(seqs, frames, strict=True)], pad_id
+        )  # (B, P)
         with torch.inference_mode():
             logits = model(input_ids=ids, attention_mask=keep.long()).logits  # (B, P, V)
         rows = []
-        for i, (s, (pre, post)) in enumerate(zip(seqs, frames)):
+        for i, (s, (pre, post)) in enumerate(zip(seqs, frames, strict=True)):
             row = logits[i, : len(pre) + len(s) + len(post)]  # this canvas's own positions, framing included
-            rows.append((align(row) if align else row)[len(pre) : len(pre) + len(s)].to(torch.float32, copy=True))  # (L_i, V)
+            rows.append(
+                (align(row) if align else row)[len(pre) : len(pre) + len(s)].to(torch.float32, copy=True)
+            )  # (L_i, V)
         return rows
 
     return forward_batch
@@ -218,14 +235,19 @@ def remote_code_error(path: Path, family: str, detail: str | None = None) -> Mod
     """The one clear error for a family that runs only on its published (hub) modelling code."""
     name = label(path)
     if detail is None:
-        msg = f"model {name!r} is {family}, which runs only on its published modelling code: pass --trust-remote-code to allow it"
+        msg = (
+            f"model {name!r} is {family}, which runs only on its published modelling code: pass --trust-remote-code "
+            "to allow it"
+        )
     else:
         msg = f"model {name!r}: {family}'s published modelling code failed to load ({detail})"
     if transformers_major() >= 5:
         example = "" if detail else " (AttributeError 'all_tied_weights_keys')"
         msg += (
-            f". That code was written for transformers 4.x and breaks under the installed {version('transformers')}{example},"
-            f" so for now run dlmcode in a separate environment with `{TRANSFORMERS_4}` until native {family} support lands"
+            ". That code was written for transformers 4.x and breaks under the installed "
+            f"{version('transformers')}{example},"
+            f" so for now run dlmcode in a separate environment with `{TRANSFORMERS_4}` until native {family} support "
+            "lands"
         )
     return ModelError(msg)
 
@@ -236,7 +258,8 @@ def require_remote_code(path: Path, family: str, config: dict, trust_remote_code
         raise remote_code_error(path, family)
     if "AutoModel" not in (config.get("auto_map") or {}):
         raise ModelError(
-            f"model {label(path)!r} is {family}, but its config.json has no auto_map.AutoModel: there is no modelling code to run"
+            f"model {label(path)!r} is {family}, but its config.json has no auto_map.AutoModel: there is no modelling "
+            "code to run"
         )
 
 
@@ -281,21 +304,38 @@ def as_id(value: Any) -> int | None:
 def require_mask(path: Path, mask_id: int | None) -> int:
     if mask_id is None:
         raise ModelError(
-            f"model {label(path)!r}: no usable mask token (none named by its tokenizer or config.json fits its vocabulary),"
+            f"model {label(path)!r}: no usable mask token (none named by its tokenizer or config.json fits its "
+            "vocabulary),"
             " so it cannot fill holes"
         )
     return mask_id
 
 
-def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype, *,
-          family: str, context: int, mask_id: int, eos_id: int, eot_token: str, eot_id: int | None = None,
-          pad_token: str | None = None) -> Dlm:  # fmt: skip
+def adapt(
+    path: Path,
+    config: dict,
+    tok: Any,
+    vocab: int,
+    predict: Predict,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    family: str,
+    context: int,
+    mask_id: int,
+    eos_id: int,
+    eot_token: str,
+    eot_id: int | None = None,
+    pad_token: str | None = None,
+) -> Dlm:
     """The Dlm around a hub dLLM (LLaDA, Dream): special ids from the tokenizer and config.json first, then the
     family's published ones (`mask_id`, `eos_id`, `eot_id`; `eot_token` and `pad_token` are looked up by name)."""
     bos = bos_of(framing(tok))
     mask = require_mask(path, first_id(tok.mask_token_id, config.get("mask_token_id"), mask_id, vocab_size=vocab))
     eos = first_id(config.get("eos_token_id"), token_id(tok, "<|endoftext|>"), eos_id, vocab_size=vocab)
-    pad = first_id(token_id(tok, pad_token) if pad_token else None, tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab)
+    pad = first_id(
+        token_id(tok, pad_token) if pad_token else None, tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab
+    )
     eot = first_id(token_id(tok, eot_token), eot_id, vocab_size=vocab)
     return Dlm(
         name=label(path),

@@ -15,12 +15,23 @@ import torch
 from torch import Tensor, nn
 
 
-def rope_tables(length: int, head_dim: int, theta: float, device: torch.device, start: int = 0) -> tuple[Tensor, Tensor]:
+def rope_tables(
+    length: int, head_dim: int, theta: float, device: torch.device, start: int = 0
+) -> tuple[Tensor, Tensor]:
     """cos/sin of the rotary angles for positions start..start+length-1 (RoFormer, Su et al. 2021)."""
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
     ang = torch.outer(pos, inv)  # (L, hd/2)
     return ang.cos(), ang.sin()
+
+
+def rope_rows(length: int, head_dim: int, theta: float, device: torch.device, starts: Tensor) -> tuple[Tensor, Tensor]:
+    """rope_tables for a batch whose row r starts at position starts[r]: cos/sin (B, 1, L, hd/2).
+    The same products as rope_tables (position x inverse frequency), so each row's angles equal its own."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    pos = starts.to(device, torch.float32)[:, None] + torch.arange(length, device=device, dtype=torch.float32)  # (B, L)
+    ang = pos[..., None] * inv  # (B, L, hd/2)
+    return ang.cos()[:, None], ang.sin()[:, None]
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -43,7 +43,9 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     return dataclasses.replace(
         dlm,
         cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device),
-        forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device),  # pads are never attended
+        forward_batch=forward.padded(
+            lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device
+        ),  # pads are never attended
     )
 
 
@@ -55,8 +57,23 @@ def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dty
     return adapt(path, config, tok, hf.vocab_size(model), hf.make_predict(model), device, dtype)
 
 
-def adapt(path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype) -> Dlm:
+def adapt(
+    path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype
+) -> Dlm:
     """The Dlm around a LLaDA model: hf.adapt with LLaDA's published ids and its config.json's context."""
     context = int(config.get("max_sequence_length") or config.get("max_position_embeddings") or LLADA_CONTEXT)
-    return hf.adapt(path, config, tok, vocab, predict, device, dtype, family="llada", context=context,
-                    mask_id=LLADA_MASK_ID, eos_id=LLADA_EOS_ID, eot_token=EOT_TOKEN, eot_id=LLADA_EOT_ID)  # fmt: skip
+    return hf.adapt(
+        path,
+        config,
+        tok,
+        vocab,
+        predict,
+        device,
+        dtype,
+        family="llada",
+        context=context,
+        mask_id=LLADA_MASK_ID,
+        eos_id=LLADA_EOS_ID,
+        eot_token=EOT_TOKEN,
+        eot_id=LLADA_EOT_ID,
+    )

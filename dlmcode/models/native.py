@@ -125,10 +125,14 @@ def check_layers(path: Path, n_layers: int, key: str) -> None:
             with safe_open(str(file), framework="pt") as f:
                 found.update(layer_index(name) for name in f.keys())
         except Exception as err:  # SafetensorError (a truncated or corrupt file), OSError
-            raise ModelError(f"model folder {path}: {file.name} cannot be read, it is truncated or corrupt ({type(err).__name__})") from None
+            raise ModelError(
+                f"model folder {path}: {file.name} cannot be read, it is truncated or corrupt ({type(err).__name__})"
+            ) from None
     found.discard(None)
     if n_layers != len(found):
-        raise ModelError(f"model folder {path}: config.json says {key} {n_layers}, the weights hold {len(found)} layers")
+        raise ModelError(
+            f"model folder {path}: config.json says {key} {n_layers}, the weights hold {len(found)} layers"
+        )
 
 
 def layer_index(name: str) -> int | None:
@@ -149,7 +153,9 @@ def read_state(path: Path, device: torch.device, dtype: torch.dtype) -> dict[str
     return state
 
 
-def load_weights(module: nn.Module, state: dict[str, Tensor], path: Path, tied: dict[str, str] | None = None) -> nn.Module:
+def load_weights(
+    module: nn.Module, state: dict[str, Tensor], path: Path, tied: dict[str, str] | None = None
+) -> nn.Module:
     """Assign `state` to a module built on the meta device; names must match exactly.
 
     `tied` maps a parameter to the one it shares storage with when the checkpoint omits it
@@ -161,12 +167,19 @@ def load_weights(module: nn.Module, state: dict[str, Tensor], path: Path, tied: 
     expected = set(module.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        parts = [f"{what} {', '.join(names[:3])}" for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
+        parts = [
+            f"{what} {', '.join(names[:3])}"
+            for what, names in (("missing", missing), ("unexpected", unexpected))
+            if names
+        ]
         raise NotNative(f"its weights are not the published layout ({'; '.join(parts)})")
     shapes = {k: tuple(p.shape) for k, p in module.state_dict().items()}
     wrong = next((k for k, shape in shapes.items() if shape != tuple(state[k].shape)), None)
     if wrong:
-        raise ModelError(f"model folder {path}: weight {wrong} has shape {tuple(state[wrong].shape)}, config.json implies {shapes[wrong]}")
+        raise ModelError(
+            f"model folder {path}: weight {wrong} has shape {tuple(state[wrong].shape)}, config.json implies "
+            f"{shapes[wrong]}"
+        )
     module.load_state_dict(state, assign=True, strict=True)
     return module.eval()
 
@@ -191,7 +204,9 @@ def not_native_error(name: str, family: str, reason: str) -> ModelError:
     from . import hf
 
     note = ""
-    if hf.transformers_major() >= 5:  # the remote code is the way out, and it needs transformers 4 (docs/research/field.md A.4)
+    if (
+        hf.transformers_major() >= 5
+    ):  # the remote code is the way out, and it needs transformers 4 (docs/research/field.md A.4)
         note = (
             f"; that code was written for transformers 4.x and breaks under the installed {version('transformers')}"
             f" (AttributeError 'all_tied_weights_keys'), so run it in a separate environment with `{hf.TRANSFORMERS_4}`"
@@ -202,7 +217,9 @@ def not_native_error(name: str, family: str, reason: str) -> ModelError:
     )
 
 
-def runs(path: Path, name: str, family: str, config: dict, parse: Callable[[dict], Any], trust_remote_code: bool) -> bool:
+def runs(
+    path: Path, name: str, family: str, config: dict, parse: Callable[[dict], Any], trust_remote_code: bool
+) -> bool:
     """Whether the native code runs this folder; if not, False with --trust-remote-code, else one clear ModelError."""
     try:
         parse(config)

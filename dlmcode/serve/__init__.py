@@ -4,8 +4,9 @@ llama.cpp (`/infill`, `/completion`, `/health`), OpenAI (`/v1/completions`, `/v1
 and Ollama (`/api/generate`, `/api/tags`) are faces over the same job (fill.prepare_middle),
 as the CLI and bench are. Modules: engine (a request -> an answer), length (the length
 rule), steps (early end, time limit, cancellation around any decoder's Step stream), queue
-(FIFO, one decode at a time), body (hostile-input parsing), fim (FIM templates), one module
-per protocol, and app (the Starlette routes).
+(FIFO, up to --batch decodes sharing each forward), stream (text sent as the decode settles
+it), body (hostile-input parsing), fim (FIM templates), one module per protocol, and app (the
+Starlette routes).
 """
 
 from __future__ import annotations
@@ -45,16 +46,21 @@ def run(engine: Engine, host: str, port: int, api_key: str | None) -> int | None
     import uvicorn
 
     app = make_app(engine, api_key)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=GRACE)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE
+    )
     server = stopping(uvicorn.Server)(config, app.state.server.queue)
     sock = listen(host, port)
     note = warning(host, api_key)
     if note:
         print(note, file=sys.stderr)
     shown = f"[{host}]" if ":" in host else host
-    print(f"dlmcode: serving {engine.name} ({engine.decoder}) at http://{shown}:{port} "
-          "(llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate); Ctrl-C stops", file=sys.stderr, flush=True)
+    print(
+        f"dlmcode: serving {engine.name} ({engine.decoder}) at http://{shown}:{port} "
+        "(llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate); Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
     server.run(sockets=[sock])
     return server.stopped_by
 

@@ -2,16 +2,18 @@
 
 Every route goes through `route`: the API key, the body (body.py), the protocol's parser,
 the Engine's checks, then the queue (warm-ups and errors never wait in it), then the
-protocol's answer or stream. Any refusal is one line in the protocol's error shape; an
-unexpected failure is a 500 in that shape, logged once, and the server keeps serving.
+protocol's answer, or its stream as the decode settles the text (stream.py). Any refusal is
+one line in the protocol's error shape; an unexpected failure is a 500 in that shape, logged
+once, and the server keeps serving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,13 +28,15 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from . import body, llamacpp, ollama, openai
-from .engine import Answer, Engine
+from .engine import Answer, Emit, Engine
 from .queue import Queue
 from .request import BadRequest, Fill
-from .steps import Cancelled
+from .steps import ClientGone
+from .stream import Live, Shape
 
 log = logging.getLogger("dlmcode.serve")
 Error = Callable[[str, int], JSONResponse]
+SSE = "text/event-stream"
 PUBLIC = ("/health", "/")  # answered without the API key, as llama.cpp answers /health
 
 
@@ -49,10 +53,33 @@ class Server:
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
     async def fills(self, request: Request, reqs: list[Fill]) -> list[Answer]:
-        """Answers for `reqs` (n_cmpl / n > 1: seeds seed, seed+1, ...), queued in order."""
+        """Answers for `reqs` (n_cmpl / n > 1: seeds seed, seed+1, ...), queued together in order,
+        so that they share forwards; one that fails cancels the others."""
         for req in reqs:
             self.engine.check(req)  # a bad decoder or ceiling is answered before queueing
-        return [self.engine.run(r) if self.engine.warmup(r) else await self.queue.answer(r, request.is_disconnected) for r in reqs]
+        tasks = [asyncio.create_task(self.answer(request, r)) for r in reqs]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()  # done ones ignore it; the others stop (an error, or the client left)
+
+    async def answer(self, request: Request, req: Fill, emit: Emit | None = None) -> Answer:
+        if self.engine.warmup(req):
+            return self.engine.run(req)
+        return await self.queue.answer(req, request.is_disconnected, emit)
+
+    async def stream(self, request: Request, reqs: list[Fill], shape: Shape, media: str) -> Response:
+        """The fills streamed as they settle; a refusal before the first piece is still a 4xx."""
+        for req in reqs:
+            self.engine.check(req)
+        live = Live(reqs, lambda req, emit: self.answer(request, req, emit))
+        try:
+            await live.first()
+        except BaseException:  # refused, the client left, or the server is stopping: no decode goes on
+            live.cancel()
+            raise
+        return StreamingResponse(live.events(shape), media_type=media, headers={"Cache-Control": "no-cache"})
 
 
 def shape_of(path: str) -> Error:
@@ -64,7 +91,9 @@ def shape_of(path: str) -> Error:
     return llamacpp.error
 
 
-def route(server: Server, error: Error, handler: Callable[[Request, dict[str, Any]], Awaitable[Response]], post: bool = True):
+def route(
+    server: Server, error: Error, handler: Callable[[Request, dict[str, Any]], Awaitable[Response]], post: bool = True
+):
     async def endpoint(request: Request) -> Response:
         try:
             if not server.allowed(request):
@@ -73,17 +102,13 @@ def route(server: Server, error: Error, handler: Callable[[Request, dict[str, An
             return await handler(request, data)
         except BadRequest as err:
             return error(str(err), err.status)
-        except Cancelled:
+        except ClientGone:
             return error("the client went away", 499)
         except Exception as err:  # a bug: one logged line, a 500, and the server goes on
             log.exception("dlmcode serve: %s %s failed", request.method, request.url.path)
             return error(f"internal error: {body.one_line(err)}", 500)
 
     return endpoint
-
-
-def streamed(chunks: Iterator[str], media: str) -> StreamingResponse:
-    return StreamingResponse(chunks, media_type=media, headers={"Cache-Control": "no-cache"})
 
 
 def with_seeds(req: Fill, n: int) -> list[Fill]:
@@ -101,27 +126,24 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
 
     async def llama_answer(request: Request, data: dict[str, Any], req: Fill) -> Response:
         fields, n = llamacpp.response_fields(data), llamacpp.n_cmpl(data)
-        stream = body.boolean(data, "stream", False)
+        if body.boolean(data, "stream", False):  # llama.cpp streams the first completion
+            return await server.stream(request, [req], llamacpp.shape(engine), SSE)
         answers = await server.fills(request, with_seeds(req, n))
-        if stream:
-            return streamed(llamacpp.events(answers[0], engine), "text/event-stream")
         shaped = [llamacpp.render(a, engine, fields, i) for i, a in enumerate(answers)]
         return JSONResponse(shaped[0] if n == 1 else shaped)
 
     async def v1_completions(request: Request, data: dict[str, Any]) -> Response:
         req, n = openai.completion(data), openai.count(data)
-        stream = body.boolean(data, "stream", False)
+        if body.boolean(data, "stream", False):
+            return await server.stream(request, with_seeds(req, n), openai.shape(engine), SSE)
         answers = await server.fills(request, with_seeds(req, n))
-        if stream:
-            return streamed(openai.events(answers, engine), "text/event-stream")
         return JSONResponse(openai.render(answers, engine))
 
     async def api_generate(request: Request, data: dict[str, Any]) -> Response:
         req = ollama.generate(data)
-        stream = body.boolean(data, "stream", True)  # Ollama streams unless told not to
+        if body.boolean(data, "stream", True):  # Ollama streams unless told not to
+            return await server.stream(request, [req], ollama.shape(engine), "application/x-ndjson")
         answer = (await server.fills(request, [req]))[0]
-        if stream:
-            return streamed(ollama.lines(answer, engine), "application/x-ndjson")
         return JSONResponse(ollama.render(answer, engine))
 
     def get(payload: Callable[[], Any]):
@@ -138,10 +160,16 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
         Route("/completion", route(server, llamacpp.error, completion), methods=["POST"]),
         Route("/completions", route(server, llamacpp.error, completion), methods=["POST"]),
         Route("/health", route(server, llamacpp.error, get(llamacpp.health), post=False), methods=["GET"]),
-        Route("/props", route(server, llamacpp.error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]),
-        Route("/models", route(server, llamacpp.error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]),
+        Route(
+            "/props", route(server, llamacpp.error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]
+        ),
+        Route(
+            "/models", route(server, llamacpp.error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]
+        ),
         Route("/v1/completions", route(server, openai.error, v1_completions), methods=["POST"]),
-        Route("/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]),
+        Route(
+            "/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]
+        ),
         Route("/api/generate", route(server, ollama.error, api_generate), methods=["POST"]),
         Route("/api/tags", route(server, ollama.error, get(lambda: ollama.tags(engine)), post=False), methods=["GET"]),
         Route("/api/version", route(server, ollama.error, get(ollama.version), post=False), methods=["GET"]),
@@ -157,7 +185,7 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        server.queue.close()  # Ctrl-C: requests still waiting are dropped, the one decoding finishes its step
+        server.queue.close()  # Ctrl-C: requests still waiting are dropped, those decoding stop at their next call
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed}, lifespan=lifespan)
     app.state.server = server

@@ -69,7 +69,9 @@ def no_lone_surrogates(document: dict[str, Any]) -> None:
         elif isinstance(item, list):
             stack += [(field, x) for x in item]
         elif isinstance(item, str) and not item.isascii() and (bad := SURROGATE.search(item)):
-            name = "a key" if SURROGATE.search(field) else field  # never echo the bad text itself: no answer could carry it
+            name = (
+                "a key" if SURROGATE.search(field) else field
+            )  # never echo the bad text itself: no answer could carry it
             raise BadRequest(f"{name} holds a lone surrogate ({bad.group()!a}): send valid Unicode text")
 
 
@@ -166,4 +168,8 @@ def sampling(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def extensions(data: Mapping[str, Any]) -> dict[str, Any]:
     """dlmcode's own request fields, the same in every protocol: decoder, lines, lang."""
-    return {"decoder": string(data, "decoder") or None, "lines": integer(data, "lines"), "lang": string(data, "lang") or None}
+    return {
+        "decoder": string(data, "decoder") or None,
+        "lines": integer(data, "lines"),
+        "lang": string(data, "lang") or None,
+    }

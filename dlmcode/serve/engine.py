@@ -3,20 +3,24 @@
 Every protocol module parses its own body into a Fill, and renders the Answer in its own
 shape. `Engine.check` validates what can fail before the model runs (decoder, settings,
 ceiling), so a bad request is answered at once and never queued; `Engine.run` decodes (in
-the queue's worker thread) through fill.prepare_middle, the length rule and steps.bounded.
+the queue's decode threads) through fill.prepare_middle, the length rule and steps.bounded.
+With an `emit`, `run` also hands over the fill's text as it becomes final (`settled`), for
+streams: whole lines that no later step and no rule can change any more.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import decoders
-from ..core.canvas import Decoder, last
+from ..core.canvas import Decoder, Step, last
 from ..core.errors import DlmcodeError, UsageError
+from ..core.run import check_batch
+from ..jobs import batch as batching
 from ..jobs import fill as jobs
 from ..jobs.processors import Remember
 from ..models.base import Dlm
@@ -56,6 +60,7 @@ class Answer:
 
 
 WARMUP = "warmup"
+Emit = Callable[[str], None]  # a stream's sink: the next piece of the fill's final text
 
 
 @dataclass
@@ -70,6 +75,12 @@ class Engine:
     lang: str | None = None
     name: str = "dlmcode"  # the model name the protocols report
     lines: int = 1  # the length rule's line limit (length.py rule 3); 0: none
+    batch: int = 1  # decodes sharing each model forward (queue.py); 1: one decode at a time, the model not routed
+
+    def __post_init__(self) -> None:
+        check_batch(self.batch)
+        if self.batch > 1:  # every model call of a decode joins the queue's next batched forward
+            self.dlm = batching.batched(self.dlm)
 
     def check(self, req: Fill) -> Decoder:
         """The request's decoder, built; BadRequest for anything that would fail in the queue."""
@@ -92,8 +103,10 @@ class Engine:
         """Nothing to predict (n_predict 0), or an editor's warm-up (n_predict 1, no code): answer at once."""
         return req.ceiling == 0 or (req.ceiling == 1 and not req.prefix.strip() and not req.suffix.strip())
 
-    def run(self, req: Fill, cancel: threading.Event | None = None) -> Answer:
-        """Decode one request (blocking); steps.Cancelled when `cancel` is set between steps."""
+    def run(self, req: Fill, cancel: threading.Event | None = None, emit: Emit | None = None) -> Answer:
+        """Decode one request (blocking); steps.ClientGone when `cancel` is set between steps.
+        `emit` gets each new piece of the fill's final text as the decode settles it; the
+        Answer's text starts with what was emitted (the syntax rule keeps those lines)."""
         decoder = self.check(req)
         if self.warmup(req):
             return self.empty(decoder)
@@ -104,7 +117,7 @@ class Engine:
         try:
             job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
                                       lang=req.lang or self.lang, end_ids=ends, cache=self.cache,
-                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/length.py)
+                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/sizing.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = Remember()
@@ -112,10 +125,49 @@ class Engine:
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())
-        final = last(steps.bounded(job.steps(), remember, bounds))
-        return self.finish(req, job, final, bounds, start, trimmed)
+        sent: list[str] = []  # what `emit` was given
+        stream = steps.bounded(job.steps(), remember, bounds)
+        if emit is not None and not reopens(job.decoder, len(job.plan.positions[0])):
+            stream = self.streaming(stream, req, job, sent, emit)
+        final = last(stream)
+        return self.finish(req, job, final, bounds, start, trimmed, "".join(sent))
 
-    def finish(self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float, trimmed: bool) -> Answer:
+    def streaming(self, stream: Iterator[Step], req: Fill, job: jobs.Job, sent: list[str], emit: Emit) -> Iterator[Step]:
+        """`stream` as it is; after each step, the text it settled beyond what was sent goes to `emit`."""
+        done = ""
+        for step in stream:
+            yield step
+            text = self.settled(req, job, step.canvas)
+            if len(text) > len(done) and text.startswith(done):
+                piece, done = text[len(done) :], text
+                sent.append(piece)
+                emit(piece)
+
+    def settled(self, req: Fill, job: jobs.Job, canvas: Any) -> str:
+        """The start of the fill that no later step and no rule of finish() can change.
+
+        The committed run at the fill's start (no hole before it; decoders here never reopen),
+        up to its last line break (later tokens can only add to its last line), through the
+        line, stop-string and n_indent cuts, less the last stop string's length but one (a
+        stop string may begin before the break and end after it). The syntax rule cuts whole
+        lines and keeps those sent (keep_syntax's `least`).
+        """
+        region = job.plan.positions[0]
+        tokens = canvas.tokens[region.start : region.stop]  # (H,)
+        holes = (tokens == canvas.mask_id).nonzero()
+        run = tokens[: int(holes[0]) if len(holes) else len(tokens)].tolist()
+        ids, _ = length.cut_at_end(run, length.end_ids(self.dlm))
+        kept_ids = [i for i in ids if i not in self.dlm.special_ids]
+        text = length.unheal(self.dlm.tokenizer.decode(kept_ids) if kept_ids else "", length.heal(req.prefix)[1])
+        whole = text[: max(0, text.rfind("\n"))]
+        cut, _ = length.cut_lines(whole, self.lines_of(req), length.whole_lines(req.prefix, req.suffix))
+        cut, _ = length.cut_at_stop(cut, req.stop)
+        cut, _ = length.cut_at_indent(cut, req.min_indent)
+        longest = max((len(s) for s in req.stop if s), default=1)
+        return cut[: max(0, len(whole) - longest + 1)]
+
+    def finish(self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float, trimmed: bool,
+               sent: str = "") -> Answer:  # fmt: skip
         region = job.plan.positions[0]
         canvas = final.canvas if final else job.plan.canvas
         ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
@@ -125,7 +177,8 @@ class Engine:
         middle, stopped = length.cut_at_stop(middle, req.stop)
         middle, dedented = length.cut_at_indent(middle, req.min_indent)
         stopped = stopped or dedented
-        kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang)
+        least = sent.count("\n") + 1 if sent else 1  # lines a stream has sent: the syntax rule keeps them
+        kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang, least)
         ended = ended or (job.sized is not None and len(region) < length.holes(req.ceiling, self.dlm))  # the length rule ended it
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
@@ -140,6 +193,12 @@ class Engine:
 
     def empty(self, decoder: Decoder) -> Answer:
         return Answer("", WARMUP, 0, 0, 0, 0, 0.0, decoders.name_of(decoder), decoders.settings_of(decoder), None, False)
+
+
+def reopens(decoder: Decoder, holes: int) -> bool:
+    """Whether the decoder may take committed tokens back (a remasking one): then nothing is final before the end."""
+    budget = getattr(decoder, "reopens", None)
+    return budget is not None and budget(holes) > 0
 
 
 def text(value: Any) -> str:

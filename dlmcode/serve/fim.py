@@ -50,7 +50,9 @@ class Template:
 TEMPLATES = (
     Template("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder, CodeGemma
     Template("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder
-    Template("qwen-spm", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", suffix_first=True),  # suffix-prefix-middle order
+    Template(
+        "qwen-spm", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", suffix_first=True
+    ),  # suffix-prefix-middle order
     Template("starcoder-spm", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", suffix_first=True),
     Template("deepseek", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
     Template("codellama", "<PRE>", "<SUF>", "<MID>", pad=" "),  # CodeLlama, llama.cpp's default

@@ -5,7 +5,7 @@ Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the mid
 0. Whitespace. Trailing spaces and tabs of the prefix (the indentation the user typed)
    are left off the canvas and taken back out of the fill (`heal`): tokens join a space to
    the word after it, and a canvas that ends on bare spaces shifts the fill by one.
-1. Holes. The length rule of every face (dlmcode/jobs/length.py) chooses them: one probe call
+1. Holes. The length rule of every face (dlmcode/jobs/sizing.py) chooses them: one probe call
    over min(ceiling, the family's room) holes reads the end tokens' marginals (the
    built-in model's pad; end-of-text, end-of-turn and pad for the others), the change point
    from content to ends is the fill's length, and the holes then hold code only. The probe's
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..jobs import length as rule
+from ..jobs import sizing as rule
 from ..models.base import Dlm
 from ..text import syntax
 
@@ -53,7 +53,7 @@ def holes(ceiling: int | None, dlm: Dlm) -> int:
 
 
 def end_ids(dlm: Dlm) -> tuple[int, ...]:
-    """Tokens that end a fill (the length rule's, dlmcode/jobs/length.py)."""
+    """Tokens that end a fill (the length rule's, dlmcode/jobs/sizing.py)."""
     return rule.end_ids(dlm)
 
 
@@ -143,8 +143,9 @@ class Kept:
     cut: bool
 
 
-def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None) -> Kept:
-    """The longest run of `middle`'s first lines that breaks nothing around it (rule 5)."""
+def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None, least: int = 1) -> Kept:
+    """The longest run of `middle`'s first lines that breaks nothing around it (rule 5); never
+    fewer than `least` lines (a stream has already sent them)."""
     if lang is None:
         return Kept(middle, None, False)
     before = prefix + suffix
@@ -152,7 +153,7 @@ def keep_syntax(prefix: str, middle: str, suffix: str, lang: str | None) -> Kept
     if not found.broken:
         return Kept(middle, found, False)
     lines = middle.split("\n")
-    for n in range(len(lines) - 1, 0, -1):
+    for n in range(len(lines) - 1, max(least, 1) - 1, -1):
         shorter = "\n".join(lines[:n])
         shorter_breaks = breaks(before, prefix, shorter, suffix, lang)
         if not shorter_breaks.broken:

@@ -12,8 +12,7 @@ Answers carry the fields llama.vim and llama.vscode read (`content`, `timings`,
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -21,13 +20,16 @@ from starlette.responses import JSONResponse
 from . import body, fim
 from .engine import Answer, Engine
 from .request import BadRequest, Fill
+from .stream import Shape, sse
 
 MAX_CMPL = 4  # llama.cpp's own limit on n_cmpl
 STOP_TYPES = {"end": "eos", "stop": "word", "length": "limit", "time": "limit", "syntax": "eos", "warmup": "limit"}
 
 
 def error(message: str, status: int) -> JSONResponse:
-    kind = {401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error"}.get(status, "invalid_request_error")
+    kind = {401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error"}.get(
+        status, "invalid_request_error"
+    )
     return JSONResponse({"error": {"code": status, "message": message, "type": kind}}, status)
 
 
@@ -90,8 +92,12 @@ def render(answer: Answer, engine: Engine, fields: list[str] | None, index: int 
         "model": engine.name,
         "tokens_predicted": answer.tokens,
         "tokens_evaluated": answer.prompt_tokens,
-        "generation_settings": {"n_ctx": engine.dlm.context, "n_predict": answer.holes, "model": engine.name,
-                                "temperature": answer.settings.get("temperature", 0.0)},
+        "generation_settings": {
+            "n_ctx": engine.dlm.context,
+            "n_predict": answer.holes,
+            "model": engine.name,
+            "temperature": answer.settings.get("temperature", 0.0),
+        },
         "prompt": "",
         "has_new_line": "\n" in answer.text,
         "truncated": answer.truncated,
@@ -133,16 +139,14 @@ def response_fields(data: Mapping[str, Any]) -> list[str] | None:
     return fields
 
 
-def events(answer: Answer, engine: Engine) -> Iterator[str]:
-    """Server-sent events as llama.cpp streams them: the content, then a last one with stop: true."""
-    if answer.text:
-        yield sse({"index": 0, "content": answer.text, "stop": False, "id_slot": 0})
-    last = render(answer, engine, None)
-    yield sse({**last, "content": ""})
-
-
-def sse(data: Mapping[str, Any]) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+def shape(engine: Engine) -> Shape:
+    """llama.cpp's stream: server-sent events `{content, stop: false}` as the fill settles, then
+    the whole answer with `stop: true` and empty content."""
+    return Shape(
+        piece=lambda i, text: sse({"index": i, "content": text, "stop": False, "id_slot": 0}),
+        end=lambda i, answer: sse({**render(answer, engine, None, i), "content": ""}),
+        error=lambda message: sse({"error": {"code": 500, "message": message, "type": "server_error"}}),
+    )
 
 
 def health() -> dict[str, str]:
@@ -150,10 +154,24 @@ def health() -> dict[str, str]:
 
 
 def props(engine: Engine) -> dict[str, Any]:
-    return {"default_generation_settings": {"n_ctx": engine.dlm.context, "model": engine.name},
-            "total_slots": 1, "model_path": engine.dlm.name, "n_ctx": engine.dlm.context}
+    return {
+        "default_generation_settings": {"n_ctx": engine.dlm.context, "model": engine.name},
+        "total_slots": 1,
+        "model_path": engine.dlm.name,
+        "n_ctx": engine.dlm.context,
+    }
 
 
 def models(engine: Engine) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": engine.name, "object": "model", "created": 0, "owned_by": "dlmcode",
-                                        "meta": {"n_ctx_train": engine.dlm.context}}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": engine.name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "dlmcode",
+                "meta": {"n_ctx_train": engine.dlm.context},
+            }
+        ],
+    }

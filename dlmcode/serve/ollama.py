@@ -9,8 +9,7 @@ prompt is Ollama's "load the model" request: answered at once with done_reason "
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from starlette.responses import JSONResponse
 from . import body, fim
 from .engine import Answer, Engine
 from .request import Fill
+from .stream import Shape, ndjson
 
 # Ollama's own options (api/types.go Options and Runner): taken, and meaningless for a dLLM
 OLLAMA_OPTIONS = frozenset(
@@ -73,23 +73,40 @@ def render(answer: Answer, engine: Engine) -> dict[str, Any]:
     }
 
 
-def lines(answer: Answer, engine: Engine) -> Iterator[str]:
-    """Newline-delimited JSON as Ollama streams: the text, then a last object with done: true."""
-    if answer.text:
-        yield json.dumps({"model": engine.name, "created_at": now(), "response": answer.text, "done": False}, ensure_ascii=False) + "\n"
-    yield json.dumps({**render(answer, engine), "response": ""}, ensure_ascii=False) + "\n"
+def shape(engine: Engine) -> Shape:
+    """Ollama's stream: JSON lines `{response, done: false}` as the fill settles, then the whole
+    answer with `done: true` and an empty response."""
+    return Shape(
+        piece=lambda i, text: ndjson({"model": engine.name, "created_at": now(), "response": text, "done": False}),
+        end=lambda i, answer: ndjson({**render(answer, engine), "response": ""}),
+        error=lambda message: ndjson({"error": message}),
+    )
 
 
 def tags(engine: Engine) -> dict[str, Any]:
     family = engine.dlm.family
-    return {"models": [{"name": engine.name, "model": engine.name, "modified_at": now(), "size": 0, "digest": "",
-                        "details": {"parent_model": "", "format": "safetensors", "family": family, "families": [family],
-                                    "parameter_size": "", "quantization_level": ""}}]}
+    return {
+        "models": [
+            {
+                "name": engine.name,
+                "model": engine.name,
+                "modified_at": now(),
+                "size": 0,
+                "digest": "",
+                "details": {
+                    "parent_model": "",
+                    "format": "safetensors",
+                    "family": family,
+                    "families": [family],
+                    "parameter_size": "",
+                    "quantization_level": "",
+                },
+            }
+        ]
+    }
 
 
 def version() -> dict[str, str]:
     from importlib.metadata import version as installed
 
     return {"version": installed("dlmcode")}
-
-

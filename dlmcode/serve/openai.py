@@ -9,10 +9,9 @@ answer carries `dlmcode` (calls, tpf, breakage, ...).
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -20,6 +19,7 @@ from starlette.responses import JSONResponse
 from . import body, fim
 from .engine import Answer, Engine
 from .request import BadRequest, Fill
+from .stream import DONE_SSE, Shape, sse
 
 MAX_N = 4
 FINISH = {"end": "stop", "stop": "stop", "syntax": "stop", "length": "length", "time": "length", "warmup": "length"}
@@ -70,28 +70,38 @@ def render(answers: list[Answer], engine: Engine) -> dict[str, Any]:
         "object": "text_completion",
         "created": int(time.time()),
         "model": engine.name,
-        "choices": [{"text": a.text, "index": i, "logprobs": None, "finish_reason": FINISH[a.stop]} for i, a in enumerate(answers)],
-        "usage": {"prompt_tokens": answers[0].prompt_tokens, "completion_tokens": tokens,
-                  "total_tokens": answers[0].prompt_tokens + tokens},
+        "choices": [
+            {"text": a.text, "index": i, "logprobs": None, "finish_reason": FINISH[a.stop]}
+            for i, a in enumerate(answers)
+        ],
+        "usage": {
+            "prompt_tokens": answers[0].prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": answers[0].prompt_tokens + tokens,
+        },
         "dlmcode": answers[0].extras() if len(answers) == 1 else [a.extras() for a in answers],
     }
 
 
-def events(answers: list[Answer], engine: Engine) -> Iterator[str]:
-    """Server-sent events: each choice's text, then its finish_reason, then [DONE]."""
-    whole = render(answers, engine)
-    head = {k: whole[k] for k in ("id", "object", "created", "model")}
-    for i, a in enumerate(answers):
-        if a.text:
-            yield sse({**head, "choices": [{"text": a.text, "index": i, "logprobs": None, "finish_reason": None}]})
-    for i, a in enumerate(answers):
-        yield sse({**head, "choices": [{"text": "", "index": i, "logprobs": None, "finish_reason": FINISH[a.stop]}],
-                   "dlmcode": a.extras()})
-    yield "data: [DONE]\n\n"
+def shape(engine: Engine) -> Shape:
+    """OpenAI's stream: chunks `{choices: [{text, index, finish_reason: null}]}` as each choice's fill
+    settles, then one with its finish_reason (and our `dlmcode`), and `data: [DONE]` after all."""
+    head = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": engine.name,
+    }
 
+    def choice(i: int, text: str, finish: str | None) -> dict[str, Any]:
+        return {"text": text, "index": i, "logprobs": None, "finish_reason": finish}
 
-def sse(data: Mapping[str, Any]) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+    return Shape(
+        piece=lambda i, text: sse({**head, "choices": [choice(i, text, None)]}),
+        end=lambda i, a: sse({**head, "choices": [choice(i, "", FINISH[a.stop])], "dlmcode": a.extras()}),
+        error=lambda message: sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}}),
+        last=DONE_SSE,
+    )
 
 
 def models(engine: Engine) -> dict[str, Any]:

@@ -9,7 +9,7 @@
   pad), or the run of committed tokens at the fill's start is already complete (the
   server's line rule: what follows would be cut); (b) the time budget
   (`t_max_predict_ms`) has run out: the holes left get the last call's argmax; (c) the client
-  has gone (`Cancelled`).
+  has gone (`ClientGone`).
 Decoders never know: they see `predict` and are simply not asked for more steps.
 """
 
@@ -32,7 +32,7 @@ TIME = "time"  # t_max_predict_ms ran out: the holes left were committed at once
 FULL = "length"  # every hole was decoded
 
 
-class Cancelled(Exception):
+class ClientGone(Exception):
     """The request's client has gone; the decode stopped between two steps."""
 
 
@@ -42,7 +42,9 @@ class Bounds:
 
     region: range  # the fill's canvas positions
     end_ids: tuple[int, ...] = ()  # tokens that end the fill
-    complete: Callable[[list[int]], bool] | None = None  # the fill's first ids (no hole among them) -> whether the fill is done
+    complete: Callable[[list[int]], bool] | None = (
+        None  # the fill's first ids (no hole among them) -> whether the fill is done
+    )
     deadline: float | None = None  # time.perf_counter() value
     cancel: threading.Event = field(default_factory=threading.Event)
     reason: str = FULL
@@ -53,7 +55,7 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
     for step in steps:
         yield step
         if bounds.cancel.is_set():
-            raise Cancelled
+            raise ClientGone
         if not step.canvas.n_holes:
             return
         end = ended(step.canvas, bounds.region, bounds.end_ids, bounds.complete)
@@ -71,7 +73,9 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             return
 
 
-def ended(canvas: Canvas, region: range, end_ids: tuple[int, ...], complete: Callable[[list[int]], bool] | None = None) -> int | None:
+def ended(
+    canvas: Canvas, region: range, end_ids: tuple[int, ...], complete: Callable[[list[int]], bool] | None = None
+) -> int | None:
     """The end token to commit at every hole left, when the fill is over; else None.
 
     Over: an end token is committed with no hole before it, or the committed run at the

@@ -15,7 +15,9 @@ from dataclasses import replace
 
 from .request import Fill
 
-CHARS_PER_TOKEN = 32  # generous: code averages 3-4 characters a token; a longer run only drops text the window would drop
+CHARS_PER_TOKEN = (
+    32  # generous: code averages 3-4 characters a token; a longer run only drops text the window would drop
+)
 
 
 def budget(context: int) -> int:
@@ -47,4 +49,6 @@ def trim(req: Fill, context: int) -> tuple[Fill, bool]:
     extra = nearest_end(req.extra, keep - len(prefix)) if len(prefix) < keep else ""
     if (len(prefix), len(suffix), len(extra)) == (len(req.prefix), len(req.suffix), len(req.extra)):
         return req, False
-    return replace(req, prefix=prefix, suffix=suffix, extra=extra), len(prefix) < len(req.prefix) or len(suffix) < len(req.suffix)
+    return replace(req, prefix=prefix, suffix=suffix, extra=extra), len(prefix) < len(req.prefix) or len(suffix) < len(
+        req.suffix
+    )

@@ -48,12 +48,17 @@ from torch import Tensor
 from ..core import sampling
 
 Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax errors of its splice (0: passes)
-Around = Callable[[Tensor, int, int], tuple[str, str]]  # (canvas, start, stop) -> text before and after positions [start, stop)
+Around = Callable[
+    [Tensor, int, int], tuple[str, str]
+]  # (canvas, start, stop) -> text before and after positions [start, stop)
 Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
 SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
 FIRST = 128  # judge calls for the first witness from fillers, before decoding (ours: a hostile file costs at most this)
-ADOPT, RETRY = 64, 8  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
+ADOPT, RETRY = (
+    64,
+    8,
+)  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
 CACHE = 8192  # judged canvases remembered per decode
@@ -72,9 +77,15 @@ class Stats:
     late: int = 0  # calls decoded unguarded before a witness was found (from the model's draft, at a later call)
 
     def to_dict(self) -> dict[str, float]:
-        return {"guard_checks": self.checks, "guard_seconds": round(self.seconds, 6), "guard_rejected": self.rejected,
-                "guard_replaced": self.replaced, "guard_fallback": self.fallback, "guard_gave_up": self.gave_up,
-                "guard_late": self.late}  # fmt: skip
+        return {
+            "guard_checks": self.checks,
+            "guard_seconds": round(self.seconds, 6),
+            "guard_rejected": self.rejected,
+            "guard_replaced": self.replaced,
+            "guard_fallback": self.fallback,
+            "guard_gave_up": self.gave_up,
+            "guard_late": self.late,
+        }
 
 
 @dataclass
@@ -82,7 +93,9 @@ class Guard:
     """Built by the job for one plan: the judge and a first witness. `begin` starts one decode."""
 
     judge: Judge
-    witness: Tensor | None  # (L,) the first witness (the plan's canvas, every hole filled, judged 0); None: from the first draft
+    witness: (
+        Tensor | None
+    )  # (L,) the first witness (the plan's canvas, every hole filled, judged 0); None: from the first draft
     mask_id: int
     around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
     fit: Fit | None = None
@@ -93,7 +106,9 @@ class Guard:
     def begin(self, canvas: Tensor) -> Session:
         """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness."""
         if self.witness is not None:
-            assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), "canvas and witness disagree"
+            assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), (
+                "canvas and witness disagree"
+            )
         self.last = Stats()
         return Session(self, None if self.witness is None else self.witness.clone(), self.last)
 
@@ -106,7 +121,9 @@ class Session:
         self.memo: dict[bytes, int] = {}
         self.spent = 0  # checks in the current call
 
-    def admit(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def admit(
+        self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """The commits (positions, ids, scores) to make of a decoder's proposals, most confident first.
 
         Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
@@ -133,8 +150,9 @@ class Session:
         out = self.one_by_one(tokens, logits, draft, pos, ids, scores)
         return tuple(t.to(device) for t in out)  # type: ignore[return-value]
 
-    def one_by_one(self, tokens: Tensor, logits: Tensor, draft: Tensor, pos: Tensor, ids: Tensor,
-                   scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    def one_by_one(
+        self, tokens: Tensor, logits: Tensor, draft: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Each proposal in turn, on top of those admitted before it; a rejected one tries the next candidates."""
         kept: list[tuple[int, int, float]] = []
         current = tokens.clone()
@@ -147,7 +165,9 @@ class Session:
         if not kept:  # nothing passes: the witness's own token where the model likes it best
             rows = logits[pos.to(logits.device)].float().cpu()  # (k, V)
             mine = (rows.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1) - torch.logsumexp(rows, 1)).exp()  # (k,)
-            plain = torch.tensor([not self.escape(int(t)) for t in self.witness[pos]])  # a comment start only when nothing else
+            plain = torch.tensor(
+                [not self.escape(int(t)) for t in self.witness[pos]]
+            )  # a comment start only when nothing else
             best = int(torch.where(plain, mine, mine - 2).argmax())
             kept.append((int(pos[best]), int(self.witness[pos[best]]), float(mine[best])))
             self.stats.fallback += 1
@@ -172,9 +192,18 @@ class Session:
         self.stats.checks += 1
         return found
 
-    def first_passing(self, current: Tensor, logits: Tensor, draft: Tensor, p: int, t: int, s: float,
-                      kept: list[tuple[int, int, float]]) -> int | None:  # fmt: skip
-        """Admit the first candidate at `p` that has a witness (appended to `kept`, `current` updated); its rank, or None."""
+    def first_passing(
+        self,
+        current: Tensor,
+        logits: Tensor,
+        draft: Tensor,
+        p: int,
+        t: int,
+        s: float,
+        kept: list[tuple[int, int, float]],
+    ) -> int | None:
+        """Admit the first candidate at `p` that has a witness (appended to `kept`, `current` updated); its rank, or
+        None."""
         for rank, (token, prob) in enumerate(self.options(logits, p, t, s)):
             trial = current.clone()
             trial[p] = token
@@ -220,14 +249,17 @@ class Session:
         if torch.equal(base, self.witness):
             return self.witness  # the proposal is the witness's own choice: nothing to check
         mixed = torch.where(free, draft, fixed)
-        trials = itertools.chain([base, mixed], self.repairs(base, draft, free, changed))  # repairs built only if needed
+        trials = itertools.chain(
+            [base, mixed], self.repairs(base, draft, free, changed)
+        )  # repairs built only if needed
         for trial in itertools.islice(unique(trials), TRIALS):
             if self.passes(trial):
                 return trial
         return None
 
     def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0) -> Tensor | None:
-        """A witness for all of `fixed` from the draft with fillers in some runs of holes (coordinate search, bounded)."""
+        """A witness for all of `fixed` from the draft with fillers in some runs of holes
+        (coordinate search, bounded)."""
         if self.guard.around is None or self.guard.fit is None:
             return None
         free = fixed == self.guard.mask_id
@@ -333,7 +365,8 @@ class Fillers:
         self.escapes: dict[int, bool] = {}
 
     def escape(self, token: int) -> bool:
-        """Whether a token starts a comment: the universal way to make the rest of a line parse, so never a replacement."""
+        """Whether a token starts a comment: the universal way to make the rest of a line
+        parse, so never a replacement."""
         found = self.escapes.get(token)
         if found is None:
             text = self.tokenizer.decode([token])
@@ -350,12 +383,21 @@ class Fillers:
         return found
 
 
-COMMENTS = {"python": ("#",)} | {lang: ("//", "/*") for lang in ("c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust")}
+COMMENTS = {"python": ("#",)} | {
+    lang: ("//", "/*") for lang in ("c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust")
+}
 CONTEXT = 4000  # characters each side a filler looks at (brackets opened further away are not closed by fillers)
 
 
-def first_witness(canvas: Tensor, runs: Sequence[range], around: Sequence[tuple[str, str]], fit: Fit,
-                  judge: Judge, seeds: Sequence[list[int]] | None = None, budget: int | None = None) -> Tensor | None:  # fmt: skip
+def first_witness(
+    canvas: Tensor,
+    runs: Sequence[range],
+    around: Sequence[tuple[str, str]],
+    fit: Fit,
+    judge: Judge,
+    seeds: Sequence[list[int]] | None = None,
+    budget: int | None = None,
+) -> Tensor | None:
     """A filling of every hole run that the judge passes, from fillers (coordinate search over holes); None: none found.
 
     `around` is each hole's (text before it, text after it) in the file; `seeds` (the model's draft
@@ -433,9 +475,20 @@ def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
     return out
 
 
-C_BODIES = (Filler("/*", "x", "*/"), Filler(";/*", "x", "*/"), Filler("x;/*", "x", "*/"), Filler("x/*", "x", "*/"),
-            Filler("{/*", "x", "*/}"))  # fmt: skip
-ANY_BODIES = (Filler("x", "x", ""), Filler(" x", "x", ""), Filler("", "x", "", least=1), Filler("0", " ", ""), Filler("", " ", ""))
+C_BODIES = (
+    Filler("/*", "x", "*/"),
+    Filler(";/*", "x", "*/"),
+    Filler("x;/*", "x", "*/"),
+    Filler("x/*", "x", "*/"),
+    Filler("{/*", "x", "*/}"),
+)
+ANY_BODIES = (
+    Filler("x", "x", ""),
+    Filler(" x", "x", ""),
+    Filler("", "x", "", least=1),
+    Filler("0", " ", ""),
+    Filler("", " ", ""),
+)
 
 
 def bodies(lang: str, before: str, after: str) -> list[Filler]:
@@ -452,7 +505,10 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
     below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
     close, opens = balance(before, after)
     if close and at:  # close the brackets first, then the lines below need a block's head at some shallower level
-        out += [Filler(close + "\n" + openers_chain(i, below), " ", end) for i in dict.fromkeys(["", "    ", "        ", *at])]
+        out += [
+            Filler(close + "\n" + openers_chain(i, below), " ", end)
+            for i in dict.fromkeys(["", "    ", "        ", *at])
+        ]
     for i in at:  # blocks that the lines below indent under, as many levels deep as they are
         chain = openers_chain(i, below)
         out += [Filler(chain, " ", end), Filler(chain + "  #", "x", end)]
@@ -463,8 +519,12 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
             out += [Filler(i + "x = " + opens, " ", end), Filler(i + "if x" + opens, " ", end)]
     if opens_block(before, after):  # the hole ends a line whose next one is deeper: it ends with a colon
         close, _ = balance(before, after)
-        out += [Filler(" x", "x", close + ":"), Filler("", "x", close + ":"), Filler(" x", " ", close + ":"),
-                Filler("", "x", open_literal(before, lang) + close + ":")]  # fmt: skip
+        out += [
+            Filler(" x", "x", close + ":"),
+            Filler("", "x", close + ":"),
+            Filler(" x", " ", close + ":"),
+            Filler("", "x", open_literal(before, lang) + close + ":"),
+        ]
     return out + list(ANY_BODIES)
 
 
@@ -503,11 +563,15 @@ def indents(before: str, after: str) -> list[str]:
     below = next((x for x in after.split("\n") if x.strip()), "")
     levels = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
     levels += [_lead(above), _lead(below), ""]
-    levels += [x[:-4] for x in (_lead(below), _lead(above)) if x.endswith("    ")]  # a head one level out (a body below it)
+    levels += [
+        x[:-4] for x in (_lead(below), _lead(above)) if x.endswith("    ")
+    ]  # a head one level out (a body below it)
     return list(dict.fromkeys(x[len(line) :] for x in levels if x.startswith(line))) or [""]
 
 
-STRINGS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S)
+STRINGS = re.compile(
+    r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S
+)
 
 
 PY_LITERAL = re.compile("\"\"\"|'''|[\"'#]")

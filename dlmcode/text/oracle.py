@@ -28,7 +28,9 @@ from torch import Tensor
 from ..core.errors import UsageError
 from . import spans, syntax
 
-TREE_SITTER_KINDS = tuple(k for k, pool in syntax.POOL_OF_KIND.items() if pool == syntax.TREE_SITTER)  # one parse's problems; other kinds are extra checkers'
+TREE_SITTER_KINDS = tuple(
+    k for k, pool in syntax.POOL_OF_KIND.items() if pool == syntax.TREE_SITTER
+)  # one parse's problems; other kinds are extra checkers'
 EDITED = "edited"  # pairing key of every line inside the edited run of lines
 # Re-parse from the previous tree (tree.edit + parse(new, old)) from this size up; below it a fresh
 # parse is faster. Measured, median of 60 drafts with 1-6 changed tokens, on 2 busy cores:
@@ -57,8 +59,16 @@ class Layout:
 class SyntaxOracle:
     """Maps a canvas to its spliced text, parses it incrementally, and names the span positions in new errors."""
 
-    def __init__(self, plan: spans.Plan, tokenizer: Any, lang: str, before: str,
-                 drop_ids: frozenset[int] = frozenset(), trim_at: int | None = None, incremental: int = INCREMENTAL_FROM) -> None:  # fmt: skip
+    def __init__(
+        self,
+        plan: spans.Plan,
+        tokenizer: Any,
+        lang: str,
+        before: str,
+        drop_ids: frozenset[int] = frozenset(),
+        trim_at: int | None = None,
+        incremental: int = INCREMENTAL_FROM,
+    ) -> None:
         self.plan, self.tokenizer, self.lang = plan, tokenizer, syntax.language_for(lang=lang)
         self.drop_ids, self.trim_at, self.incremental = drop_ids, trim_at, incremental
         self.parser = syntax.parser(self.lang)
@@ -93,8 +103,10 @@ class SyntaxOracle:
         text = self.tokenizer.decode([run[i] for i in kept]).encode("utf-8", syntax.ENCODE_ERRORS) if kept else b""
         sizes = [len(self.piece(run[i])) for i in kept]
         if sum(sizes) != len(text) or b"".join(self.piece(run[i]) for i in kept) != text:
-            sizes = prefix_sizes(self.tokenizer, [run[i] for i in kept], text)  # pieces do not concatenate (split characters)
-        size = dict(zip(kept, sizes))
+            sizes = prefix_sizes(
+                self.tokenizer, [run[i] for i in kept], text
+            )  # pieces do not concatenate (split characters)
+        size = dict(zip(kept, sizes, strict=True))
         cuts, at = [], 0
         for i in range(len(run)):
             cuts.append((at, at + size.get(i, 0)))
@@ -164,12 +176,15 @@ class SyntaxOracle:
             if pool == "tree-sitter":
                 if len(problems) > len(old):
                     new += unpaired(old, problems, edit)
-            elif not old or edit.to_after(old[0].line) > problems[0].line:  # first-error checkers: above the old one is new
+            elif (
+                not old or edit.to_after(old[0].line) > problems[0].line
+            ):  # first-error checkers: above the old one is new
                 new.append(problems[0])
         return new
 
     def blame(self, layout: Layout, p: syntax.Problem) -> Tensor:
-        """The span positions a problem covers; one that covers none blames the span token just before it (else after)."""
+        """The span positions a problem covers; one that covers none blames the span token
+        just before it (else after)."""
         start, end = p.start_byte, p.end_byte
         if p.kind not in TREE_SITTER_KINDS:  # a compiler error is a point: take its whole line
             start = layout.data.rfind(b"\n", 0, start) + 1
@@ -189,8 +204,16 @@ class SyntaxOracle:
 # ---------------------------------------------------------------- building one for a job
 
 
-def with_oracle(decoder: Any, plan: spans.Plan, tokenizer: Any, lang: str | None, before: str,
-                drop_ids: frozenset[int] = frozenset(), trim_at: int | None = None, name: str = "") -> Any:  # fmt: skip
+def with_oracle(
+    decoder: Any,
+    plan: spans.Plan,
+    tokenizer: Any,
+    lang: str | None,
+    before: str,
+    drop_ids: frozenset[int] = frozenset(),
+    trim_at: int | None = None,
+    name: str = "",
+) -> Any:
     """Give a decoder that takes a syntax oracle (syntax-guard) one for this plan; others pass through.
 
     An unknown language is a UsageError: a syntax-guided decode without a syntax to guide it
@@ -199,14 +222,15 @@ def with_oracle(decoder: Any, plan: spans.Plan, tokenizer: Any, lang: str | None
     if not wants(decoder):
         return decoder
     if lang is None:
-        raise UsageError(f"decoder {name or type(decoder).__name__!r} needs the code's language: name it with --lang ({supported()})")
+        raise UsageError(
+            f"decoder {name or type(decoder).__name__!r} needs the code's language: name it with --lang ({supported()})"
+        )
     return dataclasses.replace(decoder, oracle=SyntaxOracle(plan, tokenizer, lang, before, drop_ids, trim_at))
 
 
 def wants(decoder: Any) -> bool:
     """Whether a decoder takes a syntax oracle (has an `oracle` field)."""
     return dataclasses.is_dataclass(decoder) and "oracle" in {f.name for f in dataclasses.fields(decoder)}
-
 
 
 def supported() -> str:
@@ -228,7 +252,7 @@ def base_text(before: str) -> str:
 def gaps(plan: spans.Plan) -> list[tuple[int, int]]:
     """[start, end) chars of the text before, between and after the holes."""
     edges = [0] + [x for h in plan.holes for x in (h.start_char, h.end_char)] + [len(plan.text)]
-    return list(zip(edges[::2], edges[1::2]))
+    return list(zip(edges[::2], edges[1::2], strict=True))
 
 
 def prefix_sizes(tokenizer: Any, ids: list[int], text: bytes) -> list[int]:
@@ -246,7 +270,8 @@ def prefix_sizes(tokenizer: Any, ids: list[int], text: bytes) -> list[int]:
 
 
 def byte_edit(old: bytes, new: bytes) -> dict | None:
-    """The one edit (tree.edit arguments) that turns `old` into `new`: their common head and tail kept; None if equal."""
+    """The one edit (tree.edit arguments) that turns `old` into `new`: their common
+    head and tail kept; None if equal."""
     if old == new:
         return None
     head = common_bytes(old, new, min(len(old), len(new)), lambda n: (old[:n], new[:n]))
@@ -254,9 +279,13 @@ def byte_edit(old: bytes, new: bytes) -> dict | None:
     tail = common_bytes(old, new, room, lambda n: (old[len(old) - n :], new[len(new) - n :]))
     start, old_end, new_end = head, len(old) - tail, len(new) - tail
     return {
-        "start_byte": start, "old_end_byte": old_end, "new_end_byte": new_end,
-        "start_point": point(new, start), "old_end_point": point(old, old_end), "new_end_point": point(new, new_end),
-    }  # fmt: skip
+        "start_byte": start,
+        "old_end_byte": old_end,
+        "new_end_byte": new_end,
+        "start_point": point(new, start),
+        "old_end_point": point(old, old_end),
+        "new_end_point": point(new, new_end),
+    }
 
 
 def common_bytes(old: bytes, new: bytes, limit: int, cut: Any) -> int:
@@ -323,7 +352,7 @@ class LineEdit:
 
 def common(a: list[str], b: list[str]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

@@ -10,7 +10,7 @@ made a file with bare-CR endings one line to --span and many to Python's error m
 
 Markers. Several holes at once are written into the file itself:
 
-    ⟦fill⟧       a hole whose length the job's length rule chooses (dlmcode/jobs/length.py; or --length N);
+    ⟦fill⟧       a hole whose length the job's length rule chooses (dlmcode/jobs/sizing.py; or --length N);
                  planned alone, DEFAULT_MARKER_LENGTH tokens
     ⟦fill:32⟧    a hole of exactly 32 tokens
 
@@ -164,13 +164,14 @@ def _lines(n: int) -> str:
 # ---------------------------------------------------------------- planning
 
 
-def plan_infill(text: str, vocab: Vocab, span: tuple[int, int] | None, length: int | None,
-                bare: Sequence[int] | None = None) -> Plan:
+def plan_infill(
+    text: str, vocab: Vocab, span: tuple[int, int] | None, length: int | None, bare: Sequence[int] | None = None
+) -> Plan:
     """Holes for lines `span` of `text`, or for its ⟦fill⟧ markers when span is None.
 
     length None: a span's hole is as long as the span's own tokens (at least 1), a bare
     marker gets DEFAULT_MARKER_LENGTH. A given length sizes the span or every bare marker.
-    `bare`: one length per bare marker, in text order (the length rule's, dlmcode/jobs/length.py).
+    `bare`: one length per bare marker, in text order (the length rule's, dlmcode/jobs/sizing.py).
     """
     _check_text(text)
     _check_length(length)

@@ -38,7 +38,9 @@ TABLE_FILE = "languages.toml"
 # A source checkout that is not pip-installed has no `dlmcode.grammars` package: the
 # directory it maps to (pyproject package-dir) sits next to dlmcode/.
 # (os.path, not pathlib: pathlib costs ~6 ms of import time.)
-SOURCE_TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "grammars", TABLE_FILE)
+SOURCE_TABLE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "grammars", TABLE_FILE
+)
 
 # Lone surrogates (from text decoded with surrogateescape) still get bytes, one-to-one.
 ENCODE_ERRORS = "surrogatepass"
@@ -395,8 +397,13 @@ def _python_compile(text: str, data: bytes) -> list[Problem]:
 
 
 def _compile_problem(
-    text: str, data: bytes, msg: str,
-    lineno: int | None, offset: int | None, end_lineno: int | None, end_offset: int | None,
+    text: str,
+    data: bytes,
+    msg: str,
+    lineno: int | None,
+    offset: int | None,
+    end_lineno: int | None,
+    end_offset: int | None,
 ) -> Problem:
     # SyntaxError positions are 1-based, in characters, and often partly missing.
     starts = _line_starts(data)
@@ -474,7 +481,12 @@ class Region:
 
 
 def breakage(
-    before: str, after: str, lang: str, span: tuple[int, int] | None = None, *, holes: Sequence[Region] | None = None,
+    before: str,
+    after: str,
+    lang: str,
+    span: tuple[int, int] | None = None,
+    *,
+    holes: Sequence[Region] | None = None,
 ) -> Breakage:
     """The syntax errors of `after` (the output) that `before` (the user's code) did not have.
 
@@ -549,14 +561,15 @@ class _Layout:
         # The line where a hole's text ends is the same line in both texts, whatever the fill holds.
         shifts = tuple(_breaks(after, h.after[1]) - _breaks(before, h.before[1]) for h in holes)
         reach = tuple(
-            _grown(old_lines, lines) if grow and h.before[0] == h.before[1] else lines for h, lines in zip(holes, b)
+            _grown(old_lines, lines) if grow and h.before[0] == h.before[1] else lines
+            for h, lines in zip(holes, b, strict=True)
         )
         return cls(b, tuple(_lines(after, *h.after) for h in holes), shifts, reach)
 
     def to_after(self, line: int) -> int:
         """Where a line of `before` is in `after`; a line of a hole goes to the hole's first line."""
         shift = 0
-        for (b0, b1), (a0, _), below in zip(self.before, self.after, self.shifts):
+        for (b0, b1), (a0, _), below in zip(self.before, self.after, self.shifts, strict=True):
             if line < b0:
                 break
             if line <= b1:
@@ -570,7 +583,7 @@ class _Layout:
 
     def near_fill(self, line: int) -> bool:
         """Whether a line of `after` is on a fill or in an empty hole's reach."""
-        for (r0, r1), (a0, a1) in zip(self.reach, self.after):
+        for (r0, r1), (a0, a1) in zip(self.reach, self.after, strict=True):
             if min(self.to_after(r0), a0) <= line <= max(self.to_after(r1), a1):
                 return True
         return False

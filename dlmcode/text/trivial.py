@@ -38,7 +38,8 @@ COMMENTS = frozenset({"comment", "line_comment", "block_comment"})  # comment no
 
 
 def is_trivial(fill: str, lang: str) -> bool | None:
-    """Whether `fill` is only whitespace, comments and `lang`'s do-nothing tokens; None for a language not in TRIVIAL."""
+    """Whether `fill` is only whitespace, comments and `lang`'s do-nothing tokens; None
+    for a language not in TRIVIAL."""
     allowed = TRIVIAL.get(lang)
     if allowed is None:
         return None
@@ -60,4 +61,3 @@ def _tokens(node) -> Iterator:
                 yield node
             continue
         stack.extend(node.children)
-

@@ -44,6 +44,8 @@ from ..models.base import Dlm
 from ..text import syntax
 
 LANG = "python"
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: str
@@ -74,8 +76,14 @@ def one_line(dlm: Dlm) -> Ban:
     return Ban(tuple(newline_ids(dlm.tokenizer)), "line breaks")
 
 
-def run_task(task: Task, text: str, dlm: Dlm, decoder: str, options: Mapping[str, Any] | None = None,
-             processors: tuple[Processor, ...] = ()) -> Outcome:  # fmt: skip
+def run_task(
+    task: Task,
+    text: str,
+    dlm: Dlm,
+    decoder: str,
+    options: Mapping[str, Any] | None = None,
+    processors: tuple[Processor, ...] = (),
+) -> Outcome:
     """Fill one task's hole with `decoder` and score it."""
     target = text[task.start : task.end]
     truth = dlm.tokenizer.encode(target)
@@ -92,11 +100,19 @@ def run_task(task: Task, text: str, dlm: Dlm, decoder: str, options: Mapping[str
     output = result.text[task.start : len(result.text) - (len(text) - task.end)]
     base = baselines(task, text) if task.kind != "span" else {}
     return Outcome(
-        kind=task.kind, path=task.path, lines=task.lines, exact=result.text == text,
-        correct=sum(a == b for a, b in zip(ids, truth)), total=len(truth),
+        kind=task.kind,
+        path=task.path,
+        lines=task.lines,
+        exact=result.text == text,
+        correct=sum(a == b for a, b in zip(ids, truth, strict=False)),
+        total=len(truth),
         syntax_ok=not syntax.breakage(text, result.text, LANG).broken,
-        calls=result.calls, seconds=seconds, target=target, output=output, **base,
-    )  # fmt: skip
+        calls=result.calls,
+        seconds=seconds,
+        target=target,
+        output=output,
+        **base,
+    )
 
 
 def baselines(task: Task, text: str) -> dict[str, bool]:
@@ -114,8 +130,14 @@ def baselines(task: Task, text: str) -> dict[str, bool]:
     }
 
 
-def run_tasks(tasks: Iterable[Task], files: Mapping[str, str], dlm: Dlm, decoder: str, options=None,
-              processors: tuple[Processor, ...] = ()) -> Iterator[Outcome]:  # fmt: skip
+def run_tasks(
+    tasks: Iterable[Task],
+    files: Mapping[str, str],
+    dlm: Dlm,
+    decoder: str,
+    options=None,
+    processors: tuple[Processor, ...] = (),
+) -> Iterator[Outcome]:
     for task in tasks:
         yield run_task(task, files[task.path], dlm, decoder, options, processors)
 
@@ -125,7 +147,10 @@ def summarize(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     rows = list(outcomes)
     if not rows:
         return {"n": 0}
-    rate = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+
+    def rate(xs):
+        return round(sum(xs) / len(xs), 4) if xs else None
+
     plain = [r for r in rows if not r.path.startswith("encodings/")]
     summary = {
         "n": len(rows),
@@ -178,23 +203,44 @@ def evaluate(
 def table(summaries: Iterable[Mapping[str, Any]]) -> str:
     """Summary records as a Markdown table (for the model card)."""
     summaries = list(summaries)
-    cols = ["decoder", "kind", "n", "exact", "exact_no_encodings", "token_accuracy", "syntax_ok",
-            "baseline_delete_syntax_ok", "baseline_copy_syntax_ok", "tpf"]  # fmt: skip
+    cols = [
+        "decoder",
+        "kind",
+        "n",
+        "exact",
+        "exact_no_encodings",
+        "token_accuracy",
+        "syntax_ok",
+        "baseline_delete_syntax_ok",
+        "baseline_copy_syntax_ok",
+        "tpf",
+    ]
     if any("source" in s for s in summaries):
         cols = ["source"] + cols
-    return markdown([c.replace("_", " ") for c in cols], [["" if s.get(c) is None else str(s.get(c)) for c in cols] for s in summaries])
+    return markdown(
+        [c.replace("_", " ") for c in cols],
+        [["" if s.get(c) is None else str(s.get(c)) for c in cols] for s in summaries],
+    )
 
 
 def markdown(head: list[str], rows: Iterable[list[str]]) -> str:
     """A Markdown table: a header row, the rule, one line per row of cells."""
-    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+
+    def line(cells):
+        return "| " + " | ".join(cells) + " |"
+
     return "\n".join([line(head), "|" + "---|" * len(head), *map(line, rows)])
 
 
-def versus(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]], labels: tuple[str, str] = ("v1", "v2")) -> str:
+def versus(
+    before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]], labels: tuple[str, str] = ("v1", "v2")
+) -> str:
     """Two models' summary records side by side (a Markdown table, "before / after" in each
     cell), matched by source, decoder and kind; rows of only one model are left out."""
-    key = lambda s: (s.get("source", "stdlib"), s["decoder"], s["kind"])  # noqa: E731
+
+    def key(s):
+        return (s.get("source", "stdlib"), s["decoder"], s["kind"])
+
     old = {key(s): s for s in before}
     cols = ["exact", "token_accuracy", "syntax_ok"]
     head = ["source", "decoder", "kind", "n"] + [f"{c.replace('_', ' ')} {labels[0]} / {labels[1]}" for c in cols]
@@ -205,7 +251,9 @@ def versus(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any
         if o is None or o["n"] != s["n"]:
             continue
         cells = [*key(s), str(s["n"])] + [f"{o[c]} / **{s[c]}**" if s[c] > o[c] else f"{o[c]} / {s[c]}" for c in cols]
-        cells += ["" if s.get(c) is None else str(s[c]) for c in ("baseline_delete_syntax_ok", "baseline_copy_syntax_ok")]
+        cells += [
+            "" if s.get(c) is None else str(s[c]) for c in ("baseline_delete_syntax_ok", "baseline_copy_syntax_ok")
+        ]
         rows.append(cells)
     return markdown(head, rows)
 
@@ -261,7 +309,10 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
 
 
 def command(
-    settings: Annotated[list[str] | None, typer.Argument(help="key=value: model, out, line, lines, span, packages, sources, decoders, one_line, threads")] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Argument(help="key=value: model, out, line, lines, span, packages, sources, decoders, one_line, threads"),
+    ] = None,
 ) -> None:
     """Held-out infilling evaluation of a built-in-architecture model: summaries as JSON lines on
     stdout, then a Markdown table of them on stderr. With packages=, the held-out packages are a

@@ -109,7 +109,9 @@ class TrainConfig:
     log_every: int = 20  # steps between progress records
     eval_windows: int = 64  # held-out windows in each evaluation
     resume: bool = True  # continue from out/ckpt.pt when it exists
-    init: str = ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
+    init: str = (
+        ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
+    )
 
 
 def window(stream: Stream, seq: int, rng: np.random.Generator) -> np.ndarray:
@@ -130,7 +132,9 @@ def line_bounds(x: np.ndarray, line_end: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([[0], ends, [len(x)]]))
 
 
-def pick_holes(x: np.ndarray, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+def pick_holes(
+    x: np.ndarray, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator
+) -> list[tuple[int, int, int]]:
     """(start, end, extra_pads) holes for "spans" mode, non-overlapping."""
     bounds = line_bounds(x, line_end)
     holes, taken = [], np.zeros(len(x), dtype=bool)
@@ -188,7 +192,7 @@ def with_pads(x: np.ndarray, holes: list[tuple[int, int, int]]) -> tuple[np.ndar
 
 def batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
     examples = [noise(window(stream, cfg.seq, rng), cfg.seq, line_end, cfg, rng) for _ in range(cfg.batch)]
-    inp, tgt, msk = (torch.from_numpy(np.stack(col)) for col in zip(*examples))
+    inp, tgt, msk = (torch.from_numpy(np.stack(col)) for col in zip(*examples, strict=True))
     return inp, tgt, msk  # (B, L) long, (B, L) long, (B, L) bool
 
 
@@ -202,7 +206,9 @@ _SHARED: tuple = ()  # (stream, line_end, cfg) for batch workers, inherited thro
 
 
 def _worker_batch(step: int) -> tuple[np.ndarray, ...]:
-    return tuple(t.numpy() for t in step_batch(*_SHARED, step))  # plain arrays: no tensor sharing through file descriptors
+    return tuple(
+        t.numpy() for t in step_batch(*_SHARED, step)
+    )  # plain arrays: no tensor sharing through file descriptors
 
 
 def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) -> Iterator[tuple]:
@@ -272,9 +278,13 @@ def make_optimizer(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> torch.optim.A
 
 def model_config(cfg: TrainConfig) -> BuiltinConfig:
     return BuiltinConfig(
-        vocab_size=cfg.vocab_size, dim=cfg.dim, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-        ffn_mult=cfg.ffn_mult, context=cfg.seq,
-    )  # fmt: skip
+        vocab_size=cfg.vocab_size,
+        dim=cfg.dim,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        ffn_mult=cfg.ffn_mult,
+        context=cfg.seq,
+    )
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -284,11 +294,14 @@ def save_checkpoint(path: Path, model, opt, state: dict, rng: np.random.Generato
     tmp = path.with_suffix(".tmp")
     torch.save(
         {
-            "model": model.state_dict(), "optimizer": opt.state_dict(), "state": state,
-            "np_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "state": state,
+            "np_rng": rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
         },
         tmp,
-    )  # fmt: skip
+    )
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
 
 
@@ -297,10 +310,15 @@ def initialise(model: DlmcodeDiffusionLM, folder: Path, tokenizer: BuiltinTokeni
     src = load_model(folder, torch.device("cpu"), torch.float32)
     for key in ("vocab_size", "dim", "n_layers", "n_heads", "ffn_mult"):
         if getattr(src.cfg, key) != getattr(model.cfg, key):
-            raise UsageError(f"init={folder}: its {key} is {getattr(src.cfg, key)}, this run's is {getattr(model.cfg, key)}")
+            raise UsageError(
+                f"init={folder}: its {key} is {getattr(src.cfg, key)}, this run's is {getattr(model.cfg, key)}"
+            )
     theirs = BuiltinTokenizer.from_file(folder / "tokenizer.json").tok.get_vocab()
     if theirs != tokenizer.tok.get_vocab():
-        raise UsageError(f"init={folder}: its tokenizer is not the training data's (tokenize the corpus with --tokenizer {folder / 'tokenizer.json'})")
+        raise UsageError(
+            f"init={folder}: its tokenizer is not the training data's (tokenize the corpus with --tokenizer "
+            f"{folder / 'tokenizer.json'})"
+        )
     device = next(model.parameters()).device
     model.load_state_dict({k: v.to(device) for k, v in src.state_dict().items()})
 
@@ -352,10 +370,14 @@ def prepare(cfg: TrainConfig, out: Path):
     held_texts = [heldout_files[k] for k in held_names] or train_texts[:1]  # tiny test corpora may have none
     heldout = encode_stream(tokenizer, held_texts, line_end)
     meta = {
-        "files_train": len(names), "files_heldout": len(held_names),
-        "tokens_train": int(len(train.ids)), "tokens_heldout": int(len(heldout.ids)),
-        "file_list_sha256": file_list_hash(files), "python": sys.version.split()[0], "source": "stdlib",
-    }  # fmt: skip
+        "files_train": len(names),
+        "files_heldout": len(held_names),
+        "tokens_train": int(len(train.ids)),
+        "tokens_heldout": int(len(heldout.ids)),
+        "file_list_sha256": file_list_hash(files),
+        "python": sys.version.split()[0],
+        "source": "stdlib",
+    }
     return tokenizer, line_end, train, heldout, meta
 
 
@@ -367,14 +389,20 @@ def prepare_data(cfg: TrainConfig, out: Path):
     info, train_ids, valid_ids = tokens.load(folder)
     tokenizer = BuiltinTokenizer.from_file(folder / tokens.TOKENIZER)
     if tokenizer.tok.get_vocab_size() != cfg.vocab_size:
-        raise UsageError(f"{folder}'s tokenizer has {tokenizer.tok.get_vocab_size()} tokens but vocab_size={cfg.vocab_size}")
+        raise UsageError(
+            f"{folder}'s tokenizer has {tokenizer.tok.get_vocab_size()} tokens but vocab_size={cfg.vocab_size}"
+        )
     tokenizer.save(out / "tokenizer.json")
     line_end = line_end_table(tokenizer, cfg.vocab_size)
     meta = {
-        "files_train": info["files_train"], "files_heldout": info["files_valid"],
-        "tokens_train": int(len(train_ids)), "tokens_heldout": int(len(valid_ids)),
-        "file_list_sha256": info["corpus_sha256"], "python": sys.version.split()[0], "source": "corpus",
-    }  # fmt: skip
+        "files_train": info["files_train"],
+        "files_heldout": info["files_valid"],
+        "tokens_train": int(len(train_ids)),
+        "tokens_heldout": int(len(valid_ids)),
+        "file_list_sha256": info["corpus_sha256"],
+        "python": sys.version.split()[0],
+        "source": "corpus",
+    }
     return tokenizer, line_end, stream_of(train_ids, line_end), stream_of(valid_ids, line_end), meta
 
 
@@ -412,7 +440,10 @@ def train(cfg: TrainConfig) -> Iterator[dict]:
 
 def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out: Path, device) -> Iterator[dict]:
     model.train()
-    autocast = lambda: autocast_for(cfg, device)  # noqa: E731
+
+    def autocast():
+        return autocast_for(cfg, device)
+
     budget = cfg.minutes * 60
     last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
     data = batches(stream, line_end, cfg, state["step"])
@@ -434,9 +465,16 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
         window_tok, window_loss, window_n = window_tok + inp.numel(), window_loss + loss.item(), window_n + 1
         if state["step"] % cfg.log_every == 0:
             now = time.perf_counter()
-            yield {"step": state["step"], "loss": window_loss / window_n, "tok_s": window_tok / (now - window_t),
-                   "elapsed": state["elapsed"], "lr": lr, "tokens": state["tokens"], "budget": budget,
-                   "step_limit": min((n for n in (cfg.max_steps, cfg.steps) if n), default=0)}  # fmt: skip
+            yield {
+                "step": state["step"],
+                "loss": window_loss / window_n,
+                "tok_s": window_tok / (now - window_t),
+                "elapsed": state["elapsed"],
+                "lr": lr,
+                "tokens": state["tokens"],
+                "budget": budget,
+                "step_limit": min((n for n in (cfg.max_steps, cfg.steps) if n), default=0),
+            }
             window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
         decaying = done_frac(cfg, state["step"], state["elapsed"]) > 1.0 - cfg.decay_frac
         due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
@@ -516,12 +554,27 @@ def model_card(run_dir: str | Path, evaluation: str = "", notes: str = "") -> st
     last = checks[-1]
     knobs = " ".join(f"{k}={v}" for k, v in cfg.items() if v != getattr(TrainConfig(), k))
     if data.get("source") == "corpus":
-        corpus = (f"permissively licensed PyPI releases + CPython stdlib (`python -m dlmcode.training.corpus`, NOTICES.md): "
-                  f"{data['files_train']:,} train files ({data['tokens_train']:,} tokens), {data['files_heldout']:,} validation files")  # fmt: skip
+        corpus = (
+            f"permissively licensed PyPI releases + CPython stdlib (`python -m dlmcode.training.corpus`, NOTICES.md): "
+            f"{data['files_train']:,} train files ({data['tokens_train']:,} tokens), {data['files_heldout']:,} "
+            "validation files"
+        )
     else:
-        corpus = (f"CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), "
-                  f"{data['files_heldout']} held-out files (sha1(path) % 20 == 0)")  # fmt: skip
-    origin = f"continued from the weights in `{cfg['init']}` by `dlmcode.training.train`" if cfg.get("init") else "trained from scratch by `dlmcode.training.train`"
+        corpus = (
+            f"CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), "
+            f"{data['files_heldout']} held-out files (sha1(path) % 20 == 0)"
+        )
+    origin = (
+        f"continued from the weights in `{cfg['init']}` by `dlmcode.training.train`"
+        if cfg.get("init")
+        else "trained from scratch by `dlmcode.training.train`"
+    )
+    size = f"d={cfg['dim']}, {cfg['n_layers']} layers, {cfg['n_heads']} heads, vocab {cfg['vocab_size']}"
+    size += f", context {cfg['seq']}"
+    minutes = best["elapsed"] / 60
+    shipped = f"step {best['step']}, best held-out loss {best['heldout_loss']:.4f} at {minutes:.1f} min of training"
+    tokens = last["step"] * cfg["batch"] * cfg["seq"]
+    run = f"{last['step']} steps, {tokens:,} tokens, {last['elapsed'] / 60:.1f} min of training time"
     return f"""# dlmcode built-in model
 
 A small masked-diffusion code model (MDLM/LLaDA objective with line/span holes and
@@ -530,14 +583,14 @@ over-allocated [PAD] holes for `--length auto`), {origin}.
 | | |
 |---|---|
 | architecture | bidirectional pre-norm transformer, RoPE, RMSNorm, GELU MLP, tied embeddings, no biases |
-| size | d={cfg['dim']}, {cfg['n_layers']} layers, {cfg['n_heads']} heads, vocab {cfg['vocab_size']}, context {cfg['seq']} |
+| size | {size} |
 | tokenizer | byte-level BPE, line-aligned pre-tokenizer, [PAD]=0 [MASK]=1 [BOS]=2 [EOS]=3 |
 | data | {corpus} |
-| file-list sha256 | `{data['file_list_sha256']}` |
+| file-list sha256 | `{data["file_list_sha256"]}` |
 | command | `python -m dlmcode.training.train {knobs}` |
-| shipped checkpoint | step {best['step']}, best held-out loss {best['heldout_loss']:.4f} at {best['elapsed'] / 60:.1f} min of training |
-| run | {last['step']} steps, {last['step'] * cfg['batch'] * cfg['seq']:,} tokens, {last['elapsed'] / 60:.1f} min of training time |
-| hardware | {data.get('device', '2-core AMD EPYC (avx512_bf16), no GPU')}, bf16 autocast |
+| shipped checkpoint | {shipped} |
+| run | {run} |
+| hardware | {data.get("device", "2-core AMD EPYC (avx512_bf16), no GPU")}, bf16 autocast |
 
 ## Evaluation (held-out files, known span length)
 
@@ -553,7 +606,8 @@ def parse_overrides(args: list[str]) -> TrainConfig:
 
 
 def overrides(config: Any, args: list[str], given: dict | None = None, what: str = "training setting") -> Any:
-    """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values are UsageErrors.
+    """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values
+    are UsageErrors.
 
     Values are parsed by dlmcode.core.settings, the decoders' parser: `bf16=ture` is an error, not False.
     """
@@ -574,7 +628,10 @@ def overrides(config: Any, args: list[str], given: dict | None = None, what: str
 
 
 def command(
-    settings: Annotated[list[str] | None, typer.Argument(help="training settings key=value (see TrainConfig in dlmcode/training/train.py)")] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Argument(help="training settings key=value (see TrainConfig in dlmcode/training/train.py)"),
+    ] = None,
 ) -> None:
     """Train the built-in dLLM; one JSON progress record per line on stdout (`dlmcode train` draws a bar instead)."""
     from ..core.entry import reported

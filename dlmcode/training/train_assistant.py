@@ -120,7 +120,9 @@ def pad_hole(x: np.ndarray, first: int, pad: int, rng: np.random.Generator) -> t
     return x, hole
 
 
-def mask(seq: int, first: int, cfg: AssistantTrainConfig, rng: np.random.Generator, hole: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+def mask(
+    seq: int, first: int, cfg: AssistantTrainConfig, rng: np.random.Generator, hole: np.ndarray
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Holes (seq,) bool and the blocks (position arrays) cut from positions first..seq-1; the
     first block starts inside `hole` (a forced hole) when it has any position."""
     blocks, taken = [], np.zeros(seq, dtype=bool)
@@ -142,7 +144,9 @@ def mask(seq: int, first: int, cfg: AssistantTrainConfig, rng: np.random.Generat
 
 
 @torch.no_grad()
-def examples(dlm, stream: T.Stream, vocab: int, cfg: AssistantTrainConfig, rng: np.random.Generator, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def examples(
+    dlm, stream: T.Stream, vocab: int, cfg: AssistantTrainConfig, rng: np.random.Generator, device
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(marginals (n, vocab), targets (n,)) of every block of `batch` windows, one dLLM call each."""
     out = []
     first = 1 if dlm.bos_id is not None else 0
@@ -152,7 +156,9 @@ def examples(dlm, stream: T.Stream, vocab: int, cfg: AssistantTrainConfig, rng: 
         if rng.random() < pad_share(cfg, dlm):
             x, hole = pad_hole(x, first, dlm.pad_id, rng)
         holes, blocks = mask(cfg.seq, first, cfg, rng, hole)
-        probs = A.marginals(dlm.predict(torch.from_numpy(np.where(holes, dlm.mask_id, x))), vocab).to(device)  # (L, vocab)
+        probs = A.marginals(dlm.predict(torch.from_numpy(np.where(holes, dlm.mask_id, x))), vocab).to(
+            device
+        )  # (L, vocab)
         out += [(probs[torch.from_numpy(b)], torch.from_numpy(x[b]).to(device)) for b in blocks]
     return out
 
@@ -186,8 +192,15 @@ def factorised(blocks: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
 def new_assistant(cfg: AssistantTrainConfig, dlm, table: list[str], device: torch.device):
     """A fresh tiny assistant, or the HF causal LM `cfg.assistant` after checking it shares the tokenizer."""
     if not cfg.assistant:
-        acfg = MA.AssistantConfig(vocab_size=len(table), dim=cfg.dim, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                                 ffn_mult=cfg.ffn_mult, vocab_sha256=A.fingerprint(table, len(table)), dllm=dlm.name)  # fmt: skip
+        acfg = MA.AssistantConfig(
+            vocab_size=len(table),
+            dim=cfg.dim,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            ffn_mult=cfg.ffn_mult,
+            vocab_sha256=A.fingerprint(table, len(table)),
+            dllm=dlm.name,
+        )
         return MA.TinyAssistant(acfg).to(device)
     from transformers import AutoModelForCausalLM
 
@@ -211,19 +224,29 @@ def prepare(cfg: AssistantTrainConfig):
     names = sorted(train_files)[: cfg.max_files or None]
     held = sorted(heldout_files)[: max(2, cfg.max_files // 10) if cfg.max_files else None]
     if not names or not held:
-        raise UsageError(f"corpus {held_out.stdlib_root(cfg.stdlib)} needs train and held-out files (held out: sha1(path) % 20 == 0)")
+        raise UsageError(
+            f"corpus {held_out.stdlib_root(cfg.stdlib)} needs train and held-out files (held out: sha1(path) % 20 == 0)"
+        )
     ends_line = newline_table(dlm.tokenizer, len(table))
     train = encode(dlm, [train_files[k] for k in names], ends_line)
     heldout = encode(dlm, [heldout_files[k] for k in held], ends_line)
-    meta = {"dllm": dlm.name, "files_train": len(names), "files_heldout": len(held),
-            "tokens_train": int(len(train.ids)), "tokens_heldout": int(len(heldout.ids)), "python": sys.version.split()[0]}  # fmt: skip
+    meta = {
+        "dllm": dlm.name,
+        "files_train": len(names),
+        "files_heldout": len(held),
+        "tokens_train": int(len(train.ids)),
+        "tokens_heldout": int(len(heldout.ids)),
+        "python": sys.version.split()[0],
+    }
     return dlm, table, train, heldout, meta
 
 
 def make_optimizer(model, cfg: AssistantTrainConfig) -> torch.optim.AdamW:
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() == 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() != 2], "weight_decay": 0.0}]  # fmt: skip
+    groups = [
+        {"params": [p for p in params if p.dim() == 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() != 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
 
 
@@ -240,7 +263,9 @@ def train(cfg: AssistantTrainConfig) -> Iterator[dict]:
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     dlm, table, stream, heldout, meta = prepare(cfg)
-    (out / "config.json").write_text(json.dumps({"train": asdict(cfg), "data": meta, "command": command(cfg)}, indent=2) + "\n")
+    (out / "config.json").write_text(
+        json.dumps({"train": asdict(cfg), "data": meta, "command": command(cfg)}, indent=2) + "\n"
+    )
     yield {"event": "data", **meta}
     model = new_assistant(cfg, dlm, table, dlm.device)
     opt = make_optimizer(model, cfg)
@@ -248,7 +273,9 @@ def train(cfg: AssistantTrainConfig) -> Iterator[dict]:
     if cfg.resume and (out / "ckpt.pt").exists():
         state = T.load_checkpoint(out / "ckpt.pt", model, opt, rng)
         yield {"event": "resumed", **state}
-    held = examples(dlm, heldout, model.vocab, replace(cfg, batch=cfg.eval_windows), np.random.default_rng(1234), dlm.device)
+    held = examples(
+        dlm, heldout, model.vocab, replace(cfg, batch=cfg.eval_windows), np.random.default_rng(1234), dlm.device
+    )
     yield from loop(cfg, dlm, model, opt, state, rng, stream, held, out)
 
 
@@ -274,8 +301,15 @@ def loop(cfg, dlm, model, opt, state, rng, stream, held, out: Path) -> Iterator[
         tok_win, loss_win, n_win = tok_win + cfg.batch * cfg.seq, loss_win + total.item() / n, n_win + 1
         if state["step"] % cfg.log_every == 0:
             now = time.perf_counter()
-            yield {"step": state["step"], "loss": loss_win / n_win, "tok_s": tok_win / (now - t_win),
-                   "elapsed": state["elapsed"], "budget": budget, "lr": lr, "step_limit": cfg.max_steps}  # fmt: skip
+            yield {
+                "step": state["step"],
+                "loss": loss_win / n_win,
+                "tok_s": tok_win / (now - t_win),
+                "elapsed": state["elapsed"],
+                "budget": budget,
+                "lr": lr,
+                "step_limit": cfg.max_steps,
+            }
             t_win, tok_win, loss_win, n_win = now, 0, 0.0, 0
         if state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60:
             yield checkpoint(cfg, model, opt, state, rng, held, out, dlm.device)
@@ -299,8 +333,13 @@ def evaluate(cfg, model, held, device) -> float:
 
 def checkpoint(cfg, model, opt, state, rng, held, out: Path, device) -> dict:
     loss = evaluate(cfg, model, held, device)
-    record = {"event": "checkpoint", "step": state["step"], "heldout_loss": loss,
-              "heldout_dllm_loss": factorised(held), "elapsed": state["elapsed"]}  # fmt: skip
+    record = {
+        "event": "checkpoint",
+        "step": state["step"],
+        "heldout_loss": loss,
+        "heldout_dllm_loss": factorised(held),
+        "elapsed": state["elapsed"],
+    }
     if loss < state["best_eval"]:
         state["best_eval"] = loss
         MA.save(model, out / "best")
@@ -335,9 +374,14 @@ def parse_overrides(args: list[str], **given: str | None) -> AssistantTrainConfi
 def command(cfg: AssistantTrainConfig) -> str:
     """The `dlmcode train-assistant` command line that reproduces this config."""
     default = AssistantTrainConfig()
-    opts = [f"-o {f.name}={getattr(cfg, f.name)}" for f in fields(cfg)
-            if getattr(cfg, f.name) != getattr(default, f.name) and f.name not in ("model", "assistant", "device")]  # fmt: skip
-    named = [f"--{k} {getattr(cfg, k)}" for k in ("model", "assistant", "device") if getattr(cfg, k) != getattr(default, k)]
+    opts = [
+        f"-o {f.name}={getattr(cfg, f.name)}"
+        for f in fields(cfg)
+        if getattr(cfg, f.name) != getattr(default, f.name) and f.name not in ("model", "assistant", "device")
+    ]
+    named = [
+        f"--{k} {getattr(cfg, k)}" for k in ("model", "assistant", "device") if getattr(cfg, k) != getattr(default, k)
+    ]
     return " ".join(["dlmcode train-assistant", *named, *opts])
 
 
@@ -357,14 +401,32 @@ def card(run: Path, dest: Path) -> str:
     model = json.loads((dest / "config.json").read_text())
     params = sum(t.numel() for t in MA.load(dest).state_dict().values())
     return CARD.format(
-        command=info["command"], dllm=data["dllm"], vocab=model.get("vocab_size"), dim=model.get("dim"),
-        n_layers=model.get("n_layers"), n_heads=model.get("n_heads"), params=params, block=cfg["block"],
-        files_train=data["files_train"], tokens_train=data["tokens_train"], files_heldout=data["files_heldout"],
-        python=data["python"], steps=checks[-1]["step"], minutes=checks[-1]["elapsed"] / 60, best_step=best["step"],
-        loss=best["heldout_loss"], dllm_loss=best["heldout_dllm_loss"], ppl=math.exp(best["heldout_loss"]),
-        dllm_ppl=math.exp(best["heldout_dllm_loss"]), seq=cfg["seq"], batch=cfg["batch"], bpw=cfg["blocks_per_window"],
-        p_suffix=cfg["p_suffix"], lr=cfg["lr"], eval_windows=cfg["eval_windows"],
-    )  # fmt: skip
+        command=info["command"],
+        dllm=data["dllm"],
+        vocab=model.get("vocab_size"),
+        dim=model.get("dim"),
+        n_layers=model.get("n_layers"),
+        n_heads=model.get("n_heads"),
+        params=params,
+        block=cfg["block"],
+        files_train=data["files_train"],
+        tokens_train=data["tokens_train"],
+        files_heldout=data["files_heldout"],
+        python=data["python"],
+        steps=checks[-1]["step"],
+        minutes=checks[-1]["elapsed"] / 60,
+        best_step=best["step"],
+        loss=best["heldout_loss"],
+        dllm_loss=best["heldout_dllm_loss"],
+        ppl=math.exp(best["heldout_loss"]),
+        dllm_ppl=math.exp(best["heldout_dllm_loss"]),
+        seq=cfg["seq"],
+        batch=cfg["batch"],
+        bpw=cfg["blocks_per_window"],
+        p_suffix=cfg["p_suffix"],
+        lr=cfg["lr"],
+        eval_windows=cfg["eval_windows"],
+    )
 
 
 CARD = """# dlmcode assistant (CoDiLA) for `{dllm}`

@@ -32,9 +32,13 @@ def emit(records) -> dict:
 
 @app.command()
 def build(
-    out: Annotated[Path, typer.Argument(help="output folder (train.jsonl.gz, eval.jsonl.gz, NOTICES.md, report.json, SHA256)")],
+    out: Annotated[
+        Path, typer.Argument(help="output folder (train.jsonl.gz, eval.jsonl.gz, NOTICES.md, report.json, SHA256)")
+    ],
     cache: Cache = DEFAULT_CACHE,
-    manifest: Annotated[Path | None, typer.Option(help="manifest.json to build from [default: the one shipped]")] = None,
+    manifest: Annotated[
+        Path | None, typer.Option(help="manifest.json to build from [default: the one shipped]")
+    ] = None,
 ) -> None:
     """Download the pinned releases (pip, hashes checked) and build the cleaned corpus."""
     from . import build as building
@@ -51,8 +55,12 @@ def build(
 def tokenize(
     corpus: Annotated[Path, typer.Argument(help="a folder written by `build`")],
     out: Annotated[Path, typer.Argument(help="output folder: tokenizer.json, train.u16.xz, valid.u16.xz, meta.json")],
-    vocab_size: Annotated[int, typer.Option(help="BPE vocabulary of the new tokenizer (incl. 4 special tokens)")] = 4096,
-    tokenizer: Annotated[Path | None, typer.Option(help="use this tokenizer.json instead of training one on the corpus")] = None,
+    vocab_size: Annotated[
+        int, typer.Option(help="BPE vocabulary of the new tokenizer (incl. 4 special tokens)")
+    ] = 4096,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="use this tokenizer.json instead of training one on the corpus")
+    ] = None,
 ) -> None:
     """Tokenize a built corpus into the compact file `dlmcode train -o data=OUT` reads."""
     from . import tokens

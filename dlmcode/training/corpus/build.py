@@ -29,7 +29,9 @@ from ...core.errors import UsageError
 from . import clean, dedup, fetch, licenses, notices
 
 HELDOUT_PACKAGES = frozenset({"boltons", "toolz", "more-itertools", "sortedcontainers", "attrs", "cachetools"})
-HELDOUT_MODULES = frozenset({"boltons", "toolz", "tlz", "more_itertools", "sortedcontainers", "attr", "attrs", "cachetools"})
+HELDOUT_MODULES = frozenset(
+    {"boltons", "toolz", "tlz", "more_itertools", "sortedcontainers", "attr", "attrs", "cachetools"}
+)
 HUMANEVAL_WINDOW = 3  # consecutive distinctive lines shared with a HumanEval problem = contamination
 HUMANEVAL_MIN_CHARS = 20  # "distinctive": at least this long once stripped
 
@@ -45,8 +47,13 @@ class File:
     scrubbed: dict[str, int] = field(default_factory=dict)
 
 
-def build(out: Path, cache: Path, manifest: Path = fetch.MANIFEST, tokenizer_path: Path | None = None,
-          stdlib: Path | None = None) -> Iterator[dict]:
+def build(
+    out: Path,
+    cache: Path,
+    manifest: Path = fetch.MANIFEST,
+    tokenizer_path: Path | None = None,
+    stdlib: Path | None = None,
+) -> Iterator[dict]:
     """Progress records, then {"event": "done", ...totals, "sha256": ...}. `stdlib` defaults to
     this interpreter's; `tokenizer_path` (for the token counts) to the built-in model's."""
     start, timings = time.perf_counter(), {}
@@ -87,9 +94,17 @@ def build(out: Path, cache: Path, manifest: Path = fetch.MANIFEST, tokenizer_pat
     yield {"event": "tokens"}
     report = summarise(files, sources, sums, tokenizer_path)
     timings["write_s"] = time.perf_counter() - start - sum(timings.values())
-    report["timings"] = {k: round(v, 1) for k, v in timings.items()} | {"total_s": round(time.perf_counter() - start, 1)}
+    report["timings"] = {k: round(v, 1) for k, v in timings.items()} | {
+        "total_s": round(time.perf_counter() - start, 1)
+    }
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    yield {"event": "done", "out": str(out), **report["totals"], "sha256": sums, "seconds": report["timings"]["total_s"]}
+    yield {
+        "event": "done",
+        "out": str(out),
+        **report["totals"],
+        "sha256": sums,
+        "seconds": report["timings"]["total_s"],
+    }
 
 
 def checked_roles(releases: list[fetch.Release]) -> list[fetch.Release]:
@@ -105,7 +120,9 @@ def read_release(release: fetch.Release, wheel: Path) -> tuple[list[File], notic
     meta, lic, code = fetch.wheel_members(wheel)
     verdict = licenses.decide(meta, lic)  # raises LicenseRefused
     if verdict.spdx != release.license:
-        raise UsageError(f"{release.spec}: the licence now reads as {verdict.spdx}, the manifest pins {release.license}")
+        raise UsageError(
+            f"{release.spec}: the licence now reads as {verdict.spdx}, the manifest pins {release.license}"
+        )
     files = []
     for path, data in sorted(code.items()):
         try:
@@ -157,7 +174,7 @@ def deduplicate(files: list[File], protected_texts: list[str]) -> None:
     texts = protected_texts + [f.text for f in ordered]
     protected = [True] * len(protected_texts) + [f.role == "eval" for f in ordered]
     reasons = dedup.duplicates(texts, protected)[len(protected_texts) :]
-    for f, reason in zip(ordered, reasons):
+    for f, reason in zip(ordered, reasons, strict=True):
         f.reason = reason
 
 
@@ -208,14 +225,28 @@ def write_jsonl(path: Path, files: list[File]) -> str:
     return checksum.hexdigest()
 
 
-def summarise(files: list[File], sources: list[notices.Source], sums: dict[str, str], tokenizer_path: Path | None) -> dict:
+def summarise(
+    files: list[File], sources: list[notices.Source], sums: dict[str, str], tokenizer_path: Path | None
+) -> dict:
     from ...models import builtin_path
     from ...models.builtin import BuiltinTokenizer
 
     tok = BuiltinTokenizer.from_file(Path(tokenizer_path or Path(builtin_path()) / "tokenizer.json"))
     per: dict[str, dict] = {}
     for f in files:
-        row = per.setdefault(f.package, {"version": f.version, "role": f.role, "seen": 0, "kept": 0, "bytes": 0, "tokens": 0, "dropped": Counter(), "scrubbed": Counter()})
+        row = per.setdefault(
+            f.package,
+            {
+                "version": f.version,
+                "role": f.role,
+                "seen": 0,
+                "kept": 0,
+                "bytes": 0,
+                "tokens": 0,
+                "dropped": Counter(),
+                "scrubbed": Counter(),
+            },
+        )
         row["seen"] += 1
         if f.reason:
             row["dropped"][f.reason] += 1
@@ -226,7 +257,7 @@ def summarise(files: list[File], sources: list[notices.Source], sums: dict[str, 
     kept = [f for f in files if f.reason is None]
     for i in range(0, len(kept), 256):  # in chunks: an Encoding holds offsets and strings per token
         chunk = kept[i : i + 256]
-        for f, enc in zip(chunk, tok.tok.encode_batch([f.text for f in chunk], add_special_tokens=False)):
+        for f, enc in zip(chunk, tok.tok.encode_batch([f.text for f in chunk], add_special_tokens=False), strict=True):
             per[f.package]["tokens"] += len(enc.ids)
     licence = {s.name: s.license for s in sources}
     for name, row in per.items():
@@ -234,14 +265,22 @@ def summarise(files: list[File], sources: list[notices.Source], sums: dict[str, 
     totals = {}
     for role in ("train", "eval"):
         rows = [r for r in per.values() if r["role"] == role]
-        totals[role] = {"packages": sum(r["kept"] > 0 for r in rows), "files": sum(r["kept"] for r in rows),
-                        "bytes": sum(r["bytes"] for r in rows), "tokens": sum(r["tokens"] for r in rows)}  # fmt: skip
+        totals[role] = {
+            "packages": sum(r["kept"] > 0 for r in rows),
+            "files": sum(r["kept"] for r in rows),
+            "bytes": sum(r["bytes"] for r in rows),
+            "tokens": sum(r["tokens"] for r in rows),
+        }
     dropped = Counter()
     for row in per.values():
         dropped.update(row["dropped"])
     return {
-        "python": sys.version.split()[0], "platform": sys.platform, "sha256": sums,
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+        "sha256": sums,
         "tokenizer": "v1 built-in" if tokenizer_path is None else str(tokenizer_path),
-        "totals": totals, "dropped": dict(dropped.most_common()), "packages": per,
+        "totals": totals,
+        "dropped": dict(dropped.most_common()),
+        "packages": per,
         "heldout_packages": sorted(HELDOUT_PACKAGES),
-    }  # fmt: skip
+    }

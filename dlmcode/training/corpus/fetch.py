@@ -22,8 +22,19 @@ from pathlib import Path
 from ...core.errors import UsageError
 
 MANIFEST = Path(__file__).with_name("manifest.json")
-PIP_TARGET = ["--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-              "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311"]  # fmt: skip
+PIP_TARGET = [
+    "--only-binary=:all:",
+    "--platform",
+    "manylinux2014_x86_64",
+    "--platform",
+    "manylinux_2_17_x86_64",
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+]
 ROLES = ("train", "eval")
 
 
@@ -48,7 +59,8 @@ def load_manifest(path: Path = MANIFEST) -> list[Release]:
 
 def save_manifest(releases: list[Release], path: Path = MANIFEST) -> None:
     data = {
-        "about": "Pinned releases of the built-in model's corpus (python -m dlmcode.training.corpus); eval = held out by whole package.",
+        "about": "Pinned releases of the built-in model's corpus (python -m dlmcode.training.corpus); eval = held out "
+        "by whole package.",
         "pip": PIP_TARGET,
         "packages": [asdict(r) for r in releases],
     }
@@ -70,8 +82,20 @@ def pip_download(lines: list[str], dest: Path, hashes: bool) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
         req.write("\n".join(lines) + "\n")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", *PIP_TARGET,
-           "-d", str(dest), "-r", req.name] + (["--require-hashes"] if hashes else [])  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-q",
+        *PIP_TARGET,
+        "-d",
+        str(dest),
+        "-r",
+        req.name,
+    ] + (["--require-hashes"] if hashes else [])
     done = subprocess.run(cmd, capture_output=True, text=True)
     Path(req.name).unlink()
     if done.returncode:
@@ -131,7 +155,9 @@ def wheel_members(path: Path) -> tuple[str, dict[str, str], dict[str, bytes]]:
     with zipfile.ZipFile(path) as z:
         names = z.namelist()
         meta = next(n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
-        lic = {n: z.read(n).decode("utf-8", "replace") for n in names if ".dist-info/" in n and licenses.is_license_file(n)}
+        lic = {
+            n: z.read(n).decode("utf-8", "replace") for n in names if ".dist-info/" in n and licenses.is_license_file(n)
+        }
         code = {n: z.read(n) for n in names if n.endswith(".py") and ".dist-info/" not in n}
         return z.read(meta).decode("utf-8", "replace"), lic, code
 

@@ -15,7 +15,19 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 
 PERMISSIVE = frozenset(
-    {"MIT", "MIT-0", "BSD-2-Clause", "BSD-3-Clause", "0BSD", "Apache-2.0", "PSF-2.0", "Python-2.0", "ISC", "Zlib", "HPND"}
+    {
+        "MIT",
+        "MIT-0",
+        "BSD-2-Clause",
+        "BSD-3-Clause",
+        "0BSD",
+        "Apache-2.0",
+        "PSF-2.0",
+        "Python-2.0",
+        "ISC",
+        "Zlib",
+        "HPND",
+    }
 )
 # A metadata family -> the SPDX ids a licence file may be recognised as (a "BSD License"
 # classifier does not say how many clauses).
@@ -32,7 +44,8 @@ COPYLEFT_TEXT = re.compile(
     r"GNU (LESSER |LIBRARY |AFFERO )?GENERAL PUBLIC LICEN[CS]E\s+Version \d"
     r"|under the terms of the GNU (Lesser |Library |Affero )?General Public Licen[cs]e"
     r"|Mozilla Public License,?\s+(Version|v\.?)\s*\d|subject to the terms of the Mozilla Public License"
-    r"|Eclipse Public License\s+-?\s*v(ersion)?\s*\d|COMMON DEVELOPMENT AND DISTRIBUTION LICENSE|European Union Public Licen[cs]e v",
+    r"|Eclipse Public License\s+-?\s*v(ersion)?\s*\d|COMMON DEVELOPMENT AND DISTRIBUTION LICENSE|European Union Public "
+    r"Licen[cs]e v",
     re.IGNORECASE,
 )
 COPYLEFT_ID = re.compile(r"\b(A?GPL|LGPL|MPL|EPL|CDDL|EUPL|GPL)\b|General Public|Mozilla", re.IGNORECASE)
@@ -44,8 +57,16 @@ TEXT_MARKERS = [
     ("Apache-2.0", "apache license, version 2.0"),
     ("BSD", "redistribution and use in source and binary forms"),
     ("PSF-2.0", "hereby grants licensee a nonexclusive, royalty-free, world-wide license to reproduce"),
-    ("ISC", "permission to use, copy, modify, and/or distribute this software for any purpose with or without fee is hereby granted"),
-    ("ISC", "permission to use, copy, modify, and distribute this software for any purpose with or without fee is hereby granted"),
+    (
+        "ISC",
+        "permission to use, copy, modify, and/or distribute this software for any purpose with or without fee is "
+        "hereby granted",
+    ),
+    (
+        "ISC",
+        "permission to use, copy, modify, and distribute this software for any purpose with or without fee is hereby "
+        "granted",
+    ),
 ]
 CLASSIFIERS = {
     "MIT License": "MIT",
@@ -88,7 +109,9 @@ def text_license(text: str) -> str | None:
     family = min(hits)[1]
     if family == "BSD":
         start = flat.find("redistribution and use in source and binary forms")
-        clause3 = re.search(r"neither the name|names of (its|the) contributors|name of the copyright holder", flat[start:start + 2500])
+        clause3 = re.search(
+            r"neither the name|names of (its|the) contributors|name of the copyright holder", flat[start : start + 2500]
+        )
         return "BSD-3-Clause" if clause3 else "BSD-2-Clause"
     return family
 
@@ -160,7 +183,10 @@ def main_license(files: dict[str, str]) -> str:
     names = [n for n in files if not n.rsplit("/", 1)[-1].upper().startswith("NOTICE")]
     if not names:
         raise LicenseRefused("no licence file is shipped")
-    rank = lambda n: (not n.rsplit("/", 1)[-1].upper().startswith(("LICENSE", "LICENCE")), len(n), n)  # noqa: E731
+
+    def rank(n):
+        return (not n.rsplit("/", 1)[-1].upper().startswith(("LICENSE", "LICENCE")), len(n), n)
+
     return min(names, key=rank)
 
 
@@ -180,7 +206,9 @@ def decide(metadata: str, license_files: dict[str, str]) -> Verdict:
 
 
 COPYRIGHT_LINE = re.compile(r"^\W*(copyright\b|\(c\)|©)", re.IGNORECASE)
-BOILERPLATE = re.compile(r"copyright (notice|holder|owner|license|and license)|\[yyyy\]|\{yyyy\}|<year>|copyright statement", re.I)
+BOILERPLATE = re.compile(
+    r"copyright (notice|holder|owner|license|and license)|\[yyyy\]|\{yyyy\}|<year>|copyright statement", re.I
+)
 
 
 def copyright_lines(text: str) -> list[str]:

@@ -42,14 +42,18 @@ def tokenize(corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Pa
     start = time.perf_counter()
     corpus, out = Path(corpus), Path(out)
     if not (corpus / "train.jsonl.gz").exists():
-        raise UsageError(f"{corpus} holds no train.jsonl.gz: build it with `python -m dlmcode.training.corpus build {corpus}`")
+        raise UsageError(
+            f"{corpus} holds no train.jsonl.gz: build it with `python -m dlmcode.training.corpus build {corpus}`"
+        )
     if vocab_size > 65536:
         raise UsageError("vocab_size above 65536 does not fit the uint16 token file")
     records = list(read_jsonl(corpus / "train.jsonl.gz"))
     train_texts = [r["text"] for r in records if not is_valid(r["path"])]
     valid_texts = [r["text"] for r in records if is_valid(r["path"])]
     if not valid_texts or not train_texts:
-        raise UsageError(f"{corpus} is too small: no file falls in the validation split ({VALID_MOD}) or none outside it")
+        raise UsageError(
+            f"{corpus} is too small: no file falls in the validation split ({VALID_MOD}) or none outside it"
+        )
     yield {"event": "read", "files_train": len(train_texts), "files_valid": len(valid_texts)}
     out.mkdir(parents=True, exist_ok=True)
     if tokenizer_path:
@@ -66,12 +70,17 @@ def tokenize(corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Pa
         write_xz(out / STREAMS[name], ids)
     tokenizer.save(out / TOKENIZER)
     meta = {
-        "corpus": str(corpus), "corpus_sha256": (corpus / "SHA256").read_text().split()[0] if (corpus / "SHA256").exists() else "",
-        "vocab_size": vocab_size, "files_train": len(train_texts), "files_valid": len(valid_texts),
-        "tokens_train": int(len(train)), "tokens_valid": int(len(valid)),
-        "bytes": sum((out / f).stat().st_size for f in STREAMS.values()), "valid_rule": f"sha1(path) % {VALID_MOD} == 0",
+        "corpus": str(corpus),
+        "corpus_sha256": (corpus / "SHA256").read_text().split()[0] if (corpus / "SHA256").exists() else "",
+        "vocab_size": vocab_size,
+        "files_train": len(train_texts),
+        "files_valid": len(valid_texts),
+        "tokens_train": int(len(train)),
+        "tokens_valid": int(len(valid)),
+        "bytes": sum((out / f).stat().st_size for f in STREAMS.values()),
+        "valid_rule": f"sha1(path) % {VALID_MOD} == 0",
         "seconds": round(time.perf_counter() - start, 1),
-    }  # fmt: skip
+    }
     (out / META).write_text(json.dumps(meta, indent=1) + "\n")
     yield {"event": "done", **meta}
 
@@ -89,7 +98,10 @@ def load(folder: Path) -> tuple[dict, np.ndarray, np.ndarray]:
     folder = Path(folder)
     missing = [f for f in (*STREAMS.values(), TOKENIZER, META) if not (folder / f).exists()]
     if missing:
-        raise UsageError(f"{folder} lacks {', '.join(missing)}: make it with `python -m dlmcode.training.corpus tokenize CORPUS {folder}`")
+        raise UsageError(
+            f"{folder} lacks {', '.join(missing)}: make it with `python -m dlmcode.training.corpus tokenize CORPUS "
+            f"{folder}`"
+        )
     streams = []
     for name in ("train", "valid"):
         with lzma.open(folder / STREAMS[name], "rb") as f:

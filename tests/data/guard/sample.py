@@ -13,7 +13,7 @@ class Point:
     tags: list[str] = field(default_factory=list)
 
     def norm(self) -> float:
-        return (self.x ** 2 + self.y ** 2) ** 0.5
+        return (self.x**2 + self.y**2) ** 0.5
 
     def __str__(self) -> str:
         return f"Point({self.x:.2f}, {self.y!r}) {'tagged' if self.tags else ''}"
@@ -24,8 +24,7 @@ def fib(n: int) -> int:
     # the classic, memoised
     if n < 2:
         return n
-    return fib(n - 1) + \
-        fib(n - 2)
+    return fib(n - 1) + fib(n - 2)
 
 
 def parse(lines, *, strict=False):
@@ -41,7 +40,7 @@ def parse(lines, *, strict=False):
 
 
 class Stack:
-    '''A stack with a limit.'''
+    """A stack with a limit."""
 
     def __init__(self, limit=8):
         self.items, self.limit = [], limit
