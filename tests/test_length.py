@@ -1,4 +1,5 @@
-"""The length rule (dlmcode/jobs/sizing.py): exact lengths from hand-made end marginals, on every path, its call counted."""
+"""The length rule (dlmcode/jobs/sizing.py): exact lengths from hand-made end marginals, on every path, its call
+counted."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ import math
 
 import pytest
 import torch
-from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, CharTokenizer
 
-from dlmcode.jobs import fill
-from dlmcode.jobs import sizing as length
 from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
+from dlmcode.jobs import fill
+from dlmcode.jobs import sizing as length
 from dlmcode.models.base import Dlm
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
+
+from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, CharTokenizer
 
 
 def logits_with_end(p_end: list[float], end: int = PAD) -> torch.Tensor:
@@ -61,9 +63,20 @@ class Ends:
 
 
 def stand_in(predict: Ends, context: int = 256, family: str = "tiny") -> Dlm:
-    return Dlm(name="tiny", family=family, tokenizer=CharTokenizer(), mask_id=MASK, eos_id=EOS, pad_id=PAD, context=context,
-               predict=predict, device=torch.device("cpu"), dtype=torch.float32,
-               special_ids=frozenset({PAD, MASK, BOS, EOS}), bos_id=BOS)  # fmt: skip
+    return Dlm(
+        name="tiny",
+        family=family,
+        tokenizer=CharTokenizer(),
+        mask_id=MASK,
+        eos_id=EOS,
+        pad_id=PAD,
+        context=context,
+        predict=predict,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        special_ids=frozenset({PAD, MASK, BOS, EOS}),
+        bos_id=BOS,
+    )
 
 
 def test_the_probe_reads_each_regions_length():
@@ -110,7 +123,9 @@ def test_bench_unknown_length_uses_the_rule_and_its_call_counts():
     task = Task(task_id="t/0", prompt="ab", suffix="cd", canonical="yyyy", lang="python", mode="infill")
     config = runner.configs(["low-confidence"], [], [], fill_length=runner.UNKNOWN)[0]
     predict = Ends(start=3, n=4)
-    sample = runner.scored(task, config, stand_in(predict), 0, None, runner.decode(task, config, stand_in(predict), 0, 128))
+    sample = runner.scored(
+        task, config, stand_in(predict), 0, None, runner.decode(task, config, stand_in(predict), 0, 128)
+    )
     assert sample.output == "xxxx" and sample.calls == 1 + 4 and sample.settings["length"] == "unknown"
     assert config.label == "low-confidence length=unknown"
 

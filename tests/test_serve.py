@@ -7,7 +7,6 @@ import json
 import threading
 
 import pytest
-from serve_tiny import tiny_dlm
 from starlette.testclient import TestClient
 
 from dlmcode.serve import fim, length
@@ -16,6 +15,8 @@ from dlmcode.serve.engine import Engine
 from dlmcode.serve.queue import Queue
 from dlmcode.serve.request import Fill
 from dlmcode.serve.steps import ClientGone
+
+from serve_tiny import tiny_dlm
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -104,8 +105,16 @@ def llama_vscode_body(prefix: str, suffix: str) -> dict:
 
 # llama.vscode src/llama-server.ts createRequestPayload(true, "", "", chunks, "", model): its warm-up
 LLAMA_VSCODE_WARMUP = {
-    "id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": [], "prompt": "", "n_predict": 0,
-    "samplers": [], "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1,
+    "id_slot": 0,
+    "input_prefix": "",
+    "input_suffix": "",
+    "input_extra": [],
+    "prompt": "",
+    "n_predict": 0,
+    "samplers": [],
+    "cache_prompt": True,
+    "t_max_prompt_ms": 500,
+    "t_max_predict_ms": 1,
 }
 
 
@@ -154,14 +163,23 @@ def test_llama_vscode_n_cmpl_gets_a_list_it_reads():
     assert isinstance(got, list) and [g["content"] for g in got] == [SCRIPT] * 3
     assert [g["index"] for g in got] == [0, 1, 2]
     assert got[0]["generation_settings"]["n_ctx"] == 256
-    assert set(got[0]["timings"]) >= {"prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms", "predicted_per_second"}
+    assert set(got[0]["timings"]) >= {
+        "prompt_n",
+        "prompt_ms",
+        "prompt_per_second",
+        "predicted_n",
+        "predicted_ms",
+        "predicted_per_second",
+    }
 
 
 def test_dlmcode_fields_in_the_answer():
     c, _ = client()
     got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}).json()
     extra = got["dlmcode"]
-    assert extra["decoder"] == "low-confidence" and extra["holes"] == len(SCRIPT)  # the length rule read the script's end (of 20)
+    assert extra["decoder"] == "low-confidence" and extra["holes"] == len(
+        SCRIPT
+    )  # the length rule read the script's end (of 20)
     assert extra["calls"] == 1 + len(SCRIPT)  # the length rule's probe, then one commit per call
     assert extra["tpf"] == pytest.approx(len(SCRIPT) / (1 + len(SCRIPT)), abs=1e-4)
     assert extra["breakage"] == {"broken": False, "new_errors": 0, "first_line": None, "touches_span": False}
@@ -202,7 +220,7 @@ def test_llama_cpp_stream_is_server_sent_events():
     c, _ = client()
     r = c.post("/completion", json={"prompt": f"<PRE> {PREFIX} <SUF>{SUFFIX} <MID>", "stream": True})
     assert r.headers["content-type"].startswith("text/event-stream")
-    events = [json.loads(line[len("data: "):]) for line in r.text.split("\n\n") if line]
+    events = [json.loads(line[len("data: ") :]) for line in r.text.split("\n\n") if line]
     assert [e["stop"] for e in events] == [False, True]
     assert "".join(e["content"] for e in events) == SCRIPT
     assert "timings" in events[-1]
@@ -213,13 +231,15 @@ def test_llama_cpp_stream_is_server_sent_events():
 
 def test_openai_completion_and_stream():
     c, _ = client()
-    got = c.post("/v1/completions", json={"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 32}).json()
+    got = c.post(
+        "/v1/completions", json={"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 32}
+    ).json()
     assert got["object"] == "text_completion" and got["choices"][0]["text"] == SCRIPT
     assert got["choices"][0]["finish_reason"] == "stop" and got["usage"]["completion_tokens"] == len(SCRIPT)
     r = c.post("/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 32, "stream": True})
     frames = [f for f in r.text.split("\n\n") if f]
     assert frames[-1] == "data: [DONE]"
-    chunks = [json.loads(f[len("data: "):]) for f in frames[:-1]]
+    chunks = [json.loads(f[len("data: ") :]) for f in frames[:-1]]
     assert "".join(ch["choices"][0]["text"] for ch in chunks) == SCRIPT
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
@@ -255,7 +275,11 @@ def test_ollama_empty_prompt_only_loads_and_tags_list_the_model():
 
 def test_ollama_decoder_settings_ride_in_options():
     c, _ = client()
-    body = {**ollama_body(PREFIX, SUFFIX), "decoder": "threshold", "options": {"num_predict": 32, "tau": 0.5, "top_k": 40}}
+    body = {
+        **ollama_body(PREFIX, SUFFIX),
+        "decoder": "threshold",
+        "options": {"num_predict": 32, "tau": 0.5, "top_k": 40},
+    }
     got = c.post("/api/generate", json=body).json()
     assert got["dlmcode"]["decoder"] == "threshold" and got["dlmcode"]["settings"]["tau"] == 0.5
     assert got["response"] == SCRIPT
@@ -266,8 +290,16 @@ def test_ollama_decoder_settings_ride_in_options():
 
 def test_per_request_decoder_and_options():
     c, _ = client()
-    got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16,
-                                  "decoder": "low-confidence", "options": {"block": 4, "steps": 8}}).json()
+    got = c.post(
+        "/infill",
+        json={
+            "input_prefix": PREFIX,
+            "input_suffix": SUFFIX,
+            "n_predict": 16,
+            "decoder": "low-confidence",
+            "options": {"block": 4, "steps": 8},
+        },
+    ).json()
     assert got["dlmcode"]["settings"]["block"] == 4 and got["dlmcode"]["settings"]["steps"] == 8
     assert got["content"] == SCRIPT
 
@@ -276,15 +308,27 @@ def test_per_request_decoder_and_options():
 def test_other_decoders_through_the_server(decoder):
     # the model writes the line's indentation itself (the canvas's prefix has none): so the fill parses, guarded or not
     c, _ = client(script="    " + SCRIPT)
-    got = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": decoder}).json()
+    got = c.post(
+        "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": decoder}
+    ).json()
     assert got["content"] == SCRIPT and got["dlmcode"]["decoder"] == decoder
 
 
 def test_the_guard_is_a_server_setting_like_any_decoder_setting():
     c, _ = client(script=SCRIPT)  # unindented after `def add(a, b):` the script would break the file
-    plain = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold"}).json()
-    guarded = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold",
-                                      "options": {"guard": True}}).json()  # fmt: skip
+    plain = c.post(
+        "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold"}
+    ).json()
+    guarded = c.post(
+        "/infill",
+        json={
+            "input_prefix": PREFIX,
+            "input_suffix": SUFFIX,
+            "n_predict": 20,
+            "decoder": "threshold",
+            "options": {"guard": True},
+        },
+    ).json()
     assert plain["content"] == SCRIPT and guarded["dlmcode"]["settings"]["guard"] is True
     text = PREFIX.rstrip(" ") + "    " + guarded["content"] + SUFFIX
     assert guarded["content"] != SCRIPT and compile(text, "<fill>", "exec")
@@ -323,7 +367,11 @@ def test_unknown_and_bad_settings_are_400():
 
 def test_holes_follow_the_ceiling_and_the_family_cap():
     dlm, _ = tiny_dlm("", "")
-    assert length.holes(128, dlm) == length.OTHER_CAP and length.holes(5, dlm) == 5 and length.holes(-1, dlm) == length.OTHER_CAP
+    assert (
+        length.holes(128, dlm) == length.OTHER_CAP
+        and length.holes(5, dlm) == 5
+        and length.holes(-1, dlm) == length.OTHER_CAP
+    )
     assert length.end_ids(dlm) == (3, 0)
 
 
@@ -342,7 +390,9 @@ def test_line_rule_ends_the_fill_after_its_first_non_blank_lines_and_saves_calls
     body = {"input_prefix": "def f():", "input_suffix": "\n", "n_predict": 40, "options": {"block": 8}}
     got = c.post("/infill", json=body).json()  # the server's default: one line
     assert got["content"] == "\n    a = 1" and got["dlmcode"]["stop_reason"] == "end"
-    assert predict.calls == 1 + len("\n    a = 1\n")  # the length probe; once those are committed, the other holes are committed at once
+    assert predict.calls == 1 + len(
+        "\n    a = 1\n"
+    )  # the length probe; once those are committed, the other holes are committed at once
     got = c.post("/infill", json={**body, "lines": 2}).json()
     assert got["content"] == "\n    a = 1\n    b = 2"
     assert length.cut_lines("x\n\ny\nz", 2) == ("x\n\ny", True) and length.cut_lines("x", 1) == ("x", False)
@@ -351,21 +401,34 @@ def test_line_rule_ends_the_fill_after_its_first_non_blank_lines_and_saves_calls
 
 def test_the_users_trailing_indentation_is_left_to_the_model_and_taken_back_out():
     c, _ = client(script="    return a + b", prefix=PREFIX)  # the model writes the indentation itself
-    assert c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 32}).json()["content"] == SCRIPT
+    assert (
+        c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 32}).json()["content"]
+        == SCRIPT
+    )
     assert length.heal("x = 1\n    ") == ("x = 1\n", "    ")
-    assert length.unheal("  y", "    ") == "y" and length.unheal("      y", "    ") == "  y" and length.unheal("y", "") == "y"
+    assert (
+        length.unheal("  y", "    ") == "y"
+        and length.unheal("      y", "    ") == "  y"
+        and length.unheal("y", "") == "y"
+    )
 
 
 def test_a_hole_of_whole_lines_keeps_the_line_break_of_its_last_line():
     c, _ = client(script="    b = 2\n    c = 3\n", prefix="def f():\n    a = 1\n")
-    got = c.post("/infill", json={"input_prefix": "def f():\n    a = 1\n", "input_suffix": "    return a\n", "n_predict": 40}).json()
+    got = c.post(
+        "/infill", json={"input_prefix": "def f():\n    a = 1\n", "input_suffix": "    return a\n", "n_predict": 40}
+    ).json()
     assert got["content"] == "    b = 2\n"  # HumanEval-infilling's single-line holes end with their line break
-    assert length.whole_lines("x\n", "y") and not length.whole_lines("x\n", "\ny") and not length.whole_lines("x = ", "y")
+    assert (
+        length.whole_lines("x\n", "y") and not length.whole_lines("x\n", "\ny") and not length.whole_lines("x = ", "y")
+    )
 
 
 def test_syntax_rule_cuts_back_to_the_lines_that_break_nothing():
     c, _ = client(script="return 1\n    x = (", prefix="def f():\n    ")
-    got = c.post("/infill", json={"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40, "lines": 0}).json()
+    got = c.post(
+        "/infill", json={"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40, "lines": 0}
+    ).json()
     assert got["content"] == "return 1"
     assert got["dlmcode"]["stop_reason"] == "syntax" and got["dlmcode"]["breakage"]["broken"] is False
 
@@ -373,7 +436,9 @@ def test_syntax_rule_cuts_back_to_the_lines_that_break_nothing():
 def test_t_max_predict_ms_commits_the_rest_at_once_and_says_so():
     script = "value = compute(alpha, beta)"
     c, predict = client(script=script, prefix="", delay=0.03)
-    got = c.post("/infill", json={"input_prefix": "", "input_suffix": "\n", "n_predict": 40, "t_max_predict_ms": 100}).json()
+    got = c.post(
+        "/infill", json={"input_prefix": "", "input_suffix": "\n", "n_predict": 40, "t_max_predict_ms": 100}
+    ).json()
     assert got["dlmcode"]["timed_out"] is True and got["dlmcode"]["stop_reason"] == "time"
     assert got["content"] == script  # the holes left got the last call's argmax
     assert 1 <= predict.calls < len(script) and got["dlmcode"]["calls"] == predict.calls
@@ -448,21 +513,31 @@ def test_a_waiting_request_whose_client_left_never_runs():
         return answer
 
     answer = asyncio.run(main())
-    assert answer.text == SCRIPT and predict.calls == 1 + len(SCRIPT)  # only the first decode called the model (its probe, then one call a token)
+    assert answer.text == SCRIPT and predict.calls == 1 + len(
+        SCRIPT
+    )  # only the first decode called the model (its probe, then one call a token)
 
 
 # ---------------------------------------------------------------- API key
 
 
-@pytest.mark.parametrize(("path", "body", "message"), [
-    ("/infill", {"input_prefix": "x"}, lambda j: j["error"]["message"]),
-    ("/v1/completions", {"prompt": "x"}, lambda j: j["error"]["message"]),
-    ("/api/generate", {"prompt": "x"}, lambda j: j["error"]),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/infill", {"input_prefix": "x"}, lambda j: j["error"]["message"]),
+        ("/v1/completions", {"prompt": "x"}, lambda j: j["error"]["message"]),
+        ("/api/generate", {"prompt": "x"}, lambda j: j["error"]),
+    ],
+)
 def test_api_key_is_required_in_every_protocol(path, body, message):
     dlm, _ = tiny_dlm(PREFIX, SCRIPT)
     c = TestClient(make_app(Engine(dlm), api_key="s3cret"))
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}, {"Authorization": "Bearer"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Basic s3cret"},
+        {"Authorization": "Bearer"},
+    ):
         r = c.post(path, json=body, headers=headers)
         assert r.status_code == 401 and "API key" in message(r.json())
     assert c.get("/health").status_code == 200  # as llama.cpp: health needs no key
@@ -481,5 +556,7 @@ def test_the_guard_is_a_server_wide_setting_too(batch):
     r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}).json()
     assert r["dlmcode"]["settings"]["guard"] is True and got["content"] == r["content"] != SCRIPT
     assert compile(PREFIX.rstrip(" ") + "    " + r["content"] + SUFFIX, "<fill>", "exec")
-    off = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "options": {"guard": False}}).json()
+    off = c.post(
+        "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "options": {"guard": False}}
+    ).json()
     assert off["content"] == SCRIPT  # per request, as any setting

@@ -57,7 +57,9 @@ def test_waiting_requests_share_forwards_in_arrival_order_and_are_answered_once(
     assert started == list(range(6))  # FIFO: none started before an earlier one
     c = queue.counters
     assert c.answered == 6 and c.cancelled == 0 and c.failed == 0 and queue.waiting == 0
-    assert c.rows == predict.calls == 6 * (1 + len(SCRIPT))  # every call (the length probe, then the decode's) went through a shared forward
+    assert (
+        c.rows == predict.calls == 6 * (1 + len(SCRIPT))
+    )  # every call (the length probe, then the decode's) went through a shared forward
     assert c.forwards < c.rows  # ... and they were shared: fewer forwards than calls
     assert c.rows <= 4 * c.forwards  # never more than --batch in one
 
@@ -146,7 +148,9 @@ def test_a_waiting_request_whose_client_left_never_runs():
         return answer
 
     assert asyncio.run(main()).text == SCRIPT
-    assert started == [0] and script.calls == 1 + len(SCRIPT)  # only the first decode called the model (its probe, then a call a token)
+    assert started == [0] and script.calls == 1 + len(
+        SCRIPT
+    )  # only the first decode called the model (its probe, then a call a token)
 
 
 def test_batch_sizes_out_of_range_are_refused():

@@ -26,13 +26,12 @@ from typing import Any
 from .. import decoders
 from ..core.canvas import Decoder
 from ..core.errors import DlmcodeError, InputError, UsageError
-from ..core.run import CacheSettings, RunSettings
+from ..core.run import AUTO, CacheSettings, RunSettings
 from ..jobs import batch, fill
 from ..jobs.fill import with_assistant
 from ..models import cache as kvcache
 from ..models.base import Dlm
 from ..text import spans, syntax, trivial
-from ..core.run import AUTO
 from . import report, sandbox
 from .metrics import Sample, Tally, exact_match, sample_key
 from .suites import Suite, Task
@@ -44,14 +43,18 @@ ORACLE, UNKNOWN, EDITOR = "oracle", "unknown", "editor"  # --fill-length: how an
 FILL_LENGTHS = {
     ORACLE: ORACLE_NOTE,
     UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/sizing.py; its probe call counts)",
-    EDITOR: "editor's length: the length rule sizes each hole, then the fill is cut after its first non-blank line (dlmcode serve's --lines 1)",
+    EDITOR: "editor's length: the length rule sizes each hole, then the fill is cut after its first non-blank line "
+    "(dlmcode serve's --lines 1)",
 }
 EDITOR_CEILING = 128  # n_predict as llama.vim and llama.vscode send it (the rule's room is smaller for every family)
 SAMPLES_FILE = "samples.jsonl"
 PART_FILE = "samples.rank{}.jsonl"  # a rank's samples while a sharded run is going
 GATHER_TIMEOUT = timedelta(hours=12)  # ranks that finish early wait this long for the others
 FAILED_KEY = "dlmcode/bench/failed"  # set in the process group's store by a rank that fails, read by the others
-RUN_SETTINGS = ("cache", "cache_refresh")  # settings of how a decoder is run, not of the decoder: every decoder has them
+RUN_SETTINGS = (
+    "cache",
+    "cache_refresh",
+)  # settings of how a decoder is run, not of the decoder: every decoder has them
 
 
 # ---------------------------------------------------------------- decoder settings and sweeps
@@ -101,8 +104,9 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     return key.strip(), points
 
 
-def configs(names: list[str], options: list[str], sweeps: list[str], temperature: float | None = None,
-            fill_length: str = ORACLE) -> list[Config]:  # fmt: skip
+def configs(
+    names: list[str], options: list[str], sweeps: list[str], temperature: float | None = None, fill_length: str = ORACLE
+) -> list[Config]:
     """Every decoder (none named: all of them) with -o settings and the cartesian product of its sweeps.
 
     A setting or sweep applies to the decoders that have it; one that no decoder has is an error.
@@ -124,10 +128,12 @@ def configs(names: list[str], options: list[str], sweeps: list[str], temperature
     return list(found.values())
 
 
-def _points(name: str, given: dict[str, str], axes: dict[str, list[str]], temperature: float | None) -> Iterator[Config]:
+def _points(
+    name: str, given: dict[str, str], axes: dict[str, list[str]], temperature: float | None
+) -> Iterator[Config]:
     own = {k: v for k, v in axes.items() if k in _fields(name)}
     for values in itertools.product(*own.values()):
-        point = dict(zip(own, values))
+        point = dict(zip(own, values, strict=True))
         options = {k: v for k, v in given.items() if k in _fields(name)} | point
         run = {k: options.pop(k) for k in RUN_SETTINGS if k in options}
         decoder = fill.make_decoder(name, options, temperature)
@@ -164,13 +170,30 @@ class Infill:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
         model = config.model(dlm)
         # The hidden middle is the user's text for the hole, as a --span's lines are.
-        return fill.Job(plan, model, config.decoder, seed, task.lang, originals=(task.canonical or "",),
-                        processors=fill.exact_length(model))
+        return fill.Job(
+            plan,
+            model,
+            config.decoder,
+            seed,
+            task.lang,
+            originals=(task.canonical or "",),
+            processors=fill.exact_length(model),
+        )
 
     def unknown(self, task: Task, config: Config, dlm: Dlm, seed: int) -> fill.Job:
         """The hole sized by the length rule within EDITOR_CEILING, as `dlmcode serve` sizes it."""
-        job = fill.prepare_middle(task.prompt, task.suffix, EDITOR_CEILING, dlm=dlm, decoder=config.decoder, seed=seed,
-                                  lang=task.lang, cache=config.cache.mode, cache_refresh=config.cache.refresh, unknown=True)  # fmt: skip
+        job = fill.prepare_middle(
+            task.prompt,
+            task.suffix,
+            EDITOR_CEILING,
+            dlm=dlm,
+            decoder=config.decoder,
+            seed=seed,
+            lang=task.lang,
+            cache=config.cache.mode,
+            cache_refresh=config.cache.refresh,
+            unknown=True,
+        )
         job.originals = (task.canonical or "",)  # the hidden middle is the user's text for the hole
         return job
 
@@ -186,8 +209,17 @@ class Generate:
 
     def job(self, task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill.Job:
         length = length if config.fill_length == ORACLE else AUTO  # unknown: the length rule reads it
-        return fill.prepare_generate(task.prompt, dlm=dlm, decoder=config.decoder, length=length, seed=seed,
-                                     lang=task.lang, chat=False, cache=config.cache.mode, cache_refresh=config.cache.refresh)
+        return fill.prepare_generate(
+            task.prompt,
+            dlm=dlm,
+            decoder=config.decoder,
+            length=length,
+            seed=seed,
+            lang=task.lang,
+            chat=False,
+            cache=config.cache.mode,
+            cache_refresh=config.cache.refresh,
+        )
 
     def output(self, task: Task, result: fill.Result) -> str:
         return truncate(result.text[len(task.prompt) :], STOP)
@@ -239,7 +271,9 @@ def decode(task: Task, config: Config, dlm: Dlm, seed: int, length: int) -> fill
         return err
 
 
-def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limits, result: fill.Result | DlmcodeError) -> Sample:
+def scored(
+    task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limits, result: fill.Result | DlmcodeError
+) -> Sample:
     """The Sample of a decode: its output, syntax, exact match and tests."""
     if isinstance(result, DlmcodeError):
         return failed(task, config, seed, str(result))
@@ -250,14 +284,24 @@ def scored(task: Task, config: Config, dlm: Dlm, seed: int, limits: sandbox.Limi
         output, breakage = editor_cut(task, output, breakage)
     outcome = sandbox.run(task.code(output), task.test, task.entry_point, limits) if task.test else None
     return Sample(
-        task=task.task_id, decoder=config.name, settings=config.settings, seed=seed, output=output,
+        task=task.task_id,
+        decoder=config.name,
+        settings=config.settings,
+        seed=seed,
+        output=output,
         passed=outcome.passed if outcome else None,
         exact=exact_match(output, task.canonical) if task.canonical is not None else None,
         breakage=breakage.to_dict() if breakage else None,
-        calls=result.calls, filled=result.filled, tokens=completion_tokens(result.ids, dlm),
-        tpf=round(result.tpf, 4), seconds=round(result.seconds, 4), status=outcome.status if outcome else None,
-        trivial=trivial.is_trivial(output, task.lang), reopened=result.reopened, **guard_fields(config.settings, result),
-    )  # fmt: skip
+        calls=result.calls,
+        filled=result.filled,
+        tokens=completion_tokens(result.ids, dlm),
+        tpf=round(result.tpf, 4),
+        seconds=round(result.seconds, 4),
+        status=outcome.status if outcome else None,
+        trivial=trivial.is_trivial(output, task.lang),
+        reopened=result.reopened,
+        **guard_fields(config.settings, result),
+    )
 
 
 def guard_fields(settings: dict[str, Any], result: fill.Result) -> dict[str, Any]:
@@ -270,12 +314,34 @@ def guard_fields(settings: dict[str, Any], result: fill.Result) -> dict[str, Any
 
 def failed(task: Task, config: Config, seed: int, error: str) -> Sample:
     """A task that could not be decoded: it fails its test and its match, and is not timed."""
-    return Sample(task.task_id, config.name, config.settings, seed, "", False if task.test else None,
-                  False if task.canonical is not None else None, None, 0, 0, 0, 0.0, 0.0, error=error)
+    return Sample(
+        task.task_id,
+        config.name,
+        config.settings,
+        seed,
+        "",
+        False if task.test else None,
+        False if task.canonical is not None else None,
+        None,
+        0,
+        0,
+        0,
+        0.0,
+        0.0,
+        error=error,
+    )
 
 
-def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, length: int,
-            limits: sandbox.Limits, done: Iterable[tuple] = (), batch_size: int = 1) -> Iterator[Sample]:  # fmt: skip
+def samples(
+    tasks: list[Task],
+    configs: list[Config],
+    dlm: Dlm,
+    seed: int,
+    length: int,
+    limits: sandbox.Limits,
+    done: Iterable[tuple] = (),
+    batch_size: int = 1,
+) -> Iterator[Sample]:
     """One Sample per task and setting not in `done`, task by task (every row advances together).
 
     batch_size > 1: that many decodes share each model forward (dlmcode/jobs/batch.py), same Samples.
@@ -287,7 +353,7 @@ def samples(tasks: list[Task], configs: list[Config], dlm: Dlm, seed: int, lengt
         return
     shared = batch.batched(dlm)
     works = [functools.partial(decode, task, config, shared, seed, length) for task, config in todo]
-    for (task, config), result in zip(todo, batch.Batcher(batch_size).map(works)):
+    for (task, config), result in zip(todo, batch.Batcher(batch_size).map(works), strict=True):
         yield scored(task, config, dlm, seed, limits, result)
 
 
@@ -299,14 +365,18 @@ def compare_temperature(n: int, temperature: float | None) -> tuple[float | None
     if n < 1:
         raise UsageError(f"--samples {n}: give at least 1")
     if n > 1 and temperature is None:
-        return 1.0, f"--samples {n}: sampling at temperature 1.0 so that samples differ (set --temperature to change it)"
+        return (
+            1.0,
+            f"--samples {n}: sampling at temperature 1.0 so that samples differ (set --temperature to change it)",
+        )
     if n > 1 and temperature == 0:
         raise UsageError(f"--samples {n} with --temperature 0 gives {n} identical samples; use a temperature above 0")
     return temperature, None
 
 
-def compare(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, configs: list[Config], n: int,
-            run: RunSettings) -> Iterator[Sample]:  # fmt: skip
+def compare(
+    source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, configs: list[Config], n: int, run: RunSettings
+) -> Iterator[Sample]:
     """Each setting n times on the same input, seeds 0..n-1, round-robin so that rows advance together.
 
     `run` gives the length and language; each config its decoder and cache, each round its seed."""
@@ -315,10 +385,17 @@ def compare(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, conf
             yield compare_one(source, span, name, dlm, config, seed, run)
 
 
-def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, config: Config, seed: int,
-                run: RunSettings) -> Sample:  # fmt: skip
-    run = dataclasses.replace(run, decoder=config.decoder, options=None, seed=seed, cache=config.cache.mode,
-                              cache_refresh=config.cache.refresh)  # fmt: skip
+def compare_one(
+    source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, config: Config, seed: int, run: RunSettings
+) -> Sample:
+    run = dataclasses.replace(
+        run,
+        decoder=config.decoder,
+        options=None,
+        seed=seed,
+        cache=config.cache.mode,
+        cache_refresh=config.cache.refresh,
+    )
     job = fill.infill_job(source, span, dlm, run)
     result = job.run()
     output, exact, plain = result.text, None, None
@@ -327,10 +404,24 @@ def compare_one(source: str, span: tuple[int, int] | None, name: str, dlm: Dlm, 
         output = result.text[a : len(result.text) - (len(source) - b)]
         exact = exact_match(output, source[a:b])
         plain = trivial.is_trivial(output, job.lang) if job.lang else None  # markers: several fills, not classified
-    return Sample(name, config.name, config.settings, seed, output, None, exact,
-                  result.breakage.to_dict() if result.breakage else None, result.calls, result.filled,
-                  completion_tokens(result.ids, dlm), round(result.tpf, 4), round(result.seconds, 4),
-                  trivial=plain, reopened=result.reopened, **guard_fields(config.settings, result))  # fmt: skip
+    return Sample(
+        name,
+        config.name,
+        config.settings,
+        seed,
+        output,
+        None,
+        exact,
+        result.breakage.to_dict() if result.breakage else None,
+        result.calls,
+        result.filled,
+        completion_tokens(result.ids, dlm),
+        round(result.tpf, 4),
+        round(result.seconds, 4),
+        trivial=plain,
+        reopened=result.reopened,
+        **guard_fields(config.settings, result),
+    )
 
 
 # ---------------------------------------------------------------- ranks
@@ -349,7 +440,9 @@ class Ranks:
     def from_env(cls) -> Ranks:
         env = os.environ
         world = int(env.get("WORLD_SIZE", 1))
-        return cls(int(env.get("RANK", 0)), world, int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world)))
+        return cls(
+            int(env.get("RANK", 0)), world, int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world))
+        )
 
     @property
     def lead(self) -> bool:
@@ -400,7 +493,10 @@ class Ranks:
         try:
             dist.gather_object(rows, parts, dst=0)
         except RuntimeError as err:  # a rank died after joining: gloo/nccl notice the closed connection
-            raise DlmcodeError(f"rank {self.rank}: {self.failed() or 'another rank stopped'} ({str(err).strip().splitlines()[0][:200]})") from None
+            raise DlmcodeError(
+                f"rank {self.rank}: {self.failed() or 'another rank stopped'} "
+                f"({str(err).strip().splitlines()[0][:200]})"
+            ) from None
         dist.destroy_process_group()
         return [row for part in parts for row in part] if parts is not None else None
 
@@ -470,7 +566,9 @@ class BenchRun:
         if not self.suite.tasks:
             raise InputError(f"suite {self.suite_name!r} has no tasks: nothing to run")
         if any(t.mode == "generate" for t in self.suite.tasks) and self.length >= dlm.context:
-            raise UsageError(f"--length {self.length} leaves no room for the prompt in the model's context ({dlm.context} tokens)")
+            raise UsageError(
+                f"--length {self.length} leaves no room for the prompt in the model's context ({dlm.context} tokens)"
+            )
         self.configs, skipped = attach_all(self.configs, dlm, self.strict)
         self.notes = [f"{self.suite_name}: {self.length_note}", *skipped]
         if self.out is not None:
@@ -499,8 +597,10 @@ class BenchRun:
     def stream(self, dlm: Dlm) -> Iterator[Sample]:
         """Join the ranks, then decode this rank's missing samples, appending each to --out."""
         self.ranks.start(dlm.device.type)
-        stream = watched(samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous, self.batch_size),
-                         self.ranks)
+        stream = watched(
+            samples(self.tasks, self.configs, dlm, self.seed, self.length, self.limits, self.previous, self.batch_size),
+            self.ranks,
+        )
         if self.out is None:
             return stream
         name = SAMPLES_FILE if self.ranks.world == 1 else PART_FILE.format(self.ranks.rank)
@@ -564,13 +664,25 @@ def rows(found: list[Sample], configs: list[Config]) -> list[dict]:
     tallies = {c.key(): Tally() for c in configs}
     for s in found:
         tallies[s.decoder, json.dumps(s.settings, sort_keys=True)].add(s)
-    return [{"decoder": c.name, "label": c.label, "sweep": c.sweep, "settings": c.settings, **tallies[c.key()].row()}
-            for c in configs]
+    return [
+        {"decoder": c.name, "label": c.label, "sweep": c.sweep, "settings": c.settings, **tallies[c.key()].row()}
+        for c in configs
+    ]
 
 
-def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list[str], limit: int | None,
-                  seed: int, length: int, out: Path | None, limits: dict[str, float], batch_size: int = 1,
-                  fill_length: str = ORACLE) -> BenchRun:  # fmt: skip
+def prepare_bench(
+    suite: str,
+    names: list[str],
+    options: list[str],
+    sweeps: list[str],
+    limit: int | None,
+    seed: int,
+    length: int,
+    out: Path | None,
+    limits: dict[str, float],
+    batch_size: int = 1,
+    fill_length: str = ORACLE,
+) -> BenchRun:
     """A BenchRun from command-line values, all checked before any model loads; then call load()."""
     from . import suites
 
@@ -589,8 +701,13 @@ def prepare_bench(suite: str, names: list[str], options: list[str], sweeps: list
         raise UsageError(f"--fill-length {fill_length!r}: give one of {', '.join(FILL_LENGTHS)}")
     chosen = configs(names, options, sweeps, fill_length=fill_length)
     if batch_size > 1 and any(c.cache.mode != "none" for c in chosen):
-        raise UsageError("--batch-size above 1 with a KV cache: not supported (a cache keeps one decode's keys and values); use one or the other")
-    return BenchRun(suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names), batch_size=batch_size)
+        raise UsageError(
+            "--batch-size above 1 with a KV cache: not supported (a cache keeps one decode's keys and values); use one "
+            "or the other"
+        )
+    return BenchRun(
+        suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names), batch_size=batch_size
+    )
 
 
 def written_note(paths: list[Path]) -> str:
@@ -604,10 +721,20 @@ def compare_summary(found: list[Sample], configs: list[Config], meta: dict) -> d
     for s in found:
         runs[s.decoder, json.dumps(s.settings, sort_keys=True)].append(_run(s))
     table = rows(found, configs)
-    return meta | {"decoders": [row | {"runs": runs[c.key()]} for row, c in zip(table, configs)]}
+    return meta | {"decoders": [row | {"runs": runs[c.key()]} for row, c in zip(table, configs, strict=True)]}
 
 
 def _run(s: Sample) -> dict:
-    return {"seed": s.seed, "output": s.output, "exact": s.exact, "breakage": s.breakage, "calls": s.calls,
-            "filled": s.filled, "tokens": s.tokens, "tpf": s.tpf, "seconds": s.seconds, "trivial": s.trivial,
-            "reopened": s.reopened}
+    return {
+        "seed": s.seed,
+        "output": s.output,
+        "exact": s.exact,
+        "breakage": s.breakage,
+        "calls": s.calls,
+        "filled": s.filled,
+        "tokens": s.tokens,
+        "tpf": s.tpf,
+        "seconds": s.seconds,
+        "trivial": s.trivial,
+        "reopened": s.reopened,
+    }

@@ -66,26 +66,39 @@ def show_version(value: bool) -> None:
 
 @app.callback()
 def options(
-    version: Annotated[bool, typer.Option("--version", callback=show_version, is_eager=True, help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=show_version, is_eager=True, help="print the version and exit")
+    ] = False,
 ) -> None:
     """Generate and edit code with diffusion language models, and see which decoders break syntax."""
 
+
 Source = Annotated[str, typer.Argument(help="a file, or - to read stdin")]
-Model = Annotated[str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")]
+Model = Annotated[
+    str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")
+]
 DecoderName = Annotated[str, typer.Option("--decoder", "-d", help="decoder name (see `dlmcode decoders`)")]
 Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable)")]
 Seed = Annotated[int, typer.Option(help="seed of the decoder's random generator", callback=seed_range)]
-Temperature = Annotated[float | None, typer.Option(help="sampling temperature; 0 = greedy [default: the decoder's]", callback=finite)]
+Temperature = Annotated[
+    float | None, typer.Option(help="sampling temperature; 0 = greedy [default: the decoder's]", callback=finite)
+]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps")]
 Dtype = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 elsewhere), float32, bfloat16, float16")]
 Family = Annotated[str | None, typer.Option(help="model family, when detection from config.json is wrong")]
 TrustRemoteCode = Annotated[bool, typer.Option(help="allow a model's own Python code to run")]
-Lang = Annotated[str | None, typer.Option(help="language for syntax checks [default: from the file extension; python for stdin]")]
+Lang = Annotated[
+    str | None, typer.Option(help="language for syntax checks [default: from the file extension; python for stdin]")
+]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout instead of the code")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no live view or summary on stderr")]
 Cache = Annotated[str, typer.Option(help="KV cache for block decoding: none, prefix or dual (Fast-dLLM; approximate)")]
-CacheRefresh = Annotated[int, typer.Option(help="with --cache, also run every position every N calls; 0 = only when the block moves")]
-Offline = Annotated[bool, typer.Option("--offline", help="never download: a hub id must be in the local cache (also HF_HUB_OFFLINE=1)")]
+CacheRefresh = Annotated[
+    int, typer.Option(help="with --cache, also run every position every N calls; 0 = only when the block moves")
+]
+Offline = Annotated[
+    bool, typer.Option("--offline", help="never download: a hub id must be in the local cache (also HF_HUB_OFFLINE=1)")
+]
 
 
 def load_model(choice: ModelChoice, quiet: bool) -> Any:
@@ -98,8 +111,14 @@ def load_model(choice: ModelChoice, quiet: bool) -> Any:
     if choice.name and choice.name != BUILTIN:
         resolve(choice.name, offline=offline)  # before the spinner: a hub download draws its own progress bars
     with view.console(quiet).status("loading model…"):
-        return load(choice.name, device=choice.device, dtype=choice.dtype, family=choice.family,
-                    trust_remote_code=choice.trust_remote_code, offline=offline)  # fmt: skip
+        return load(
+            choice.name,
+            device=choice.device,
+            dtype=choice.dtype,
+            family=choice.family,
+            trust_remote_code=choice.trust_remote_code,
+            offline=offline,
+        )
 
 
 @contextlib.contextmanager
@@ -191,8 +210,19 @@ def run_with_view(job: Any, quiet: bool, json_out: bool) -> Any:
 @app.command(cls=Command)
 def infill(
     file: Source,
-    span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers")] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]")] = None,
+    span: Annotated[
+        str | None,
+        typer.Option(
+            help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers"
+        ),
+    ] = None,
+    length: Annotated[
+        str | None,
+        typer.Option(
+            help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: "
+            "docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]"
+        ),
+    ] = None,
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -205,9 +235,20 @@ def infill(
     lang: Lang = None,
     cache: Cache = "none",
     cache_refresh: CacheRefresh = 0,
-    in_place: Annotated[bool, typer.Option("--in-place", "-i", help="replace FILE atomically instead of printing")] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="print a unified diff instead of the whole file (with --in-place: as well as writing it; with --json: as its `diff` field)")] = False,
-    force: Annotated[bool, typer.Option("--force", help="with --in-place, also replace a read-only file (its mode is kept)")] = False,
+    in_place: Annotated[
+        bool, typer.Option("--in-place", "-i", help="replace FILE atomically instead of printing")
+    ] = False,
+    diff: Annotated[
+        bool,
+        typer.Option(
+            "--diff",
+            help="print a unified diff instead of the whole file (with --in-place: as well as writing it; with --json: "
+            "as its `diff` field)",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="with --in-place, also replace a read-only file (its mode is kept)")
+    ] = False,
     offline: Offline = False,
     json_out: Json = False,
     quiet: Quiet = False,
@@ -222,11 +263,17 @@ def infill(
         if in_place:
             files.edit_target(file, force)  # a read-only file or folder fails now, not after the decode
         where = spans.parse_span(span, source) if span is not None else None
-        run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
-                          decoder=decoder, options=parse_options(option),
-                          temperature=temperature, seed=seed, length=parse_length(length),
-                          lang=language(file, lang, required=False), cache=cache,
-                          cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
+        run = RunSettings(
+            model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
+            decoder=decoder,
+            options=parse_options(option),
+            temperature=temperature,
+            seed=seed,
+            length=parse_length(length),
+            lang=language(file, lang, required=False),
+            cache=cache,
+            cache_refresh=cache_refresh,
+        ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
         from ..jobs import fill
 
@@ -248,7 +295,10 @@ def infill(
 @app.command(cls=Command)
 def generate(
     prompt_file: Source,
-    length: Annotated[str, typer.Option(help="tokens to generate, or auto (the length rule reads it from one probe call: docs/length.md)")] = "128",
+    length: Annotated[
+        str,
+        typer.Option(help="tokens to generate, or auto (the length rule reads it from one probe call: docs/length.md)"),
+    ] = "128",
     model: Model = None,
     decoder: DecoderName = "low-confidence",
     option: Options = None,
@@ -259,11 +309,18 @@ def generate(
     family: Family = None,
     trust_remote_code: TrustRemoteCode = False,
     lang: Lang = None,
-    chat: Annotated[bool | None, typer.Option("--chat/--no-chat", help="wrap the prompt in the model's chat template [default: when the model has one]")] = None,
+    chat: Annotated[
+        bool | None,
+        typer.Option(
+            "--chat/--no-chat", help="wrap the prompt in the model's chat template [default: when the model has one]"
+        ),
+    ] = None,
     raw: Annotated[bool, typer.Option(help="with --chat, print the whole reply, not just its code blocks")] = False,
     logits_eos_inf: Annotated[bool, typer.Option(help="LLaDA: never propose end-of-text")] = False,
     confidence_eos_eot_inf: Annotated[bool, typer.Option(help="LLaDA: commit end-of-text/turn proposals last")] = False,
-    eos_penalty: Annotated[float, typer.Option(help="Dream-Coder: subtract this from the end-of-text logit", callback=finite)] = 0.0,
+    eos_penalty: Annotated[
+        float, typer.Option(help="Dream-Coder: subtract this from the end-of-text logit", callback=finite)
+    ] = 0.0,
     cache: Cache = "none",
     cache_refresh: CacheRefresh = 0,
     offline: Offline = False,
@@ -273,11 +330,17 @@ def generate(
     """Continue a prompt (or answer a request, with a chat model) and print the code."""
     with reported():
         prompt = files.read_source(prompt_file)
-        run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
-                          decoder=decoder, options=parse_options(option),
-                          temperature=temperature, seed=seed, length=parse_length(length),
-                          lang=language(prompt_file, lang, required=False), cache=cache,
-                          cache_refresh=cache_refresh).strict()  # every setting checked before torch imports
+        run = RunSettings(
+            model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
+            decoder=decoder,
+            options=parse_options(option),
+            temperature=temperature,
+            seed=seed,
+            length=parse_length(length),
+            lang=language(prompt_file, lang, required=False),
+            cache=cache,
+            cache_refresh=cache_refresh,
+        ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
         from ..jobs import fill
 
@@ -292,7 +355,14 @@ def generate(
 def check(
     file: Annotated[list[str], typer.Argument(help="files, or - to read stdin; each in its own language")],
     lang: Lang = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout: one object, or a list of them (with `file`) for several files; line and column 1-based as in the text, start_byte and end_byte 0-based offsets")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="print the report as JSON on stdout: one object, or a list of them (with `file`) for several files; "
+            "line and column 1-based as in the text, start_byte and end_byte 0-based offsets",
+        ),
+    ] = False,
 ) -> None:
     """Report syntax errors, like a linter: exit 1 when any file has them.
 
@@ -304,10 +374,12 @@ def check(
     with reported():
         if file.count(files.STDIN) > 1:
             raise UsageError("check: stdin (-) can be read only once")
-        checked = [(name, files.read_source(name, allow_empty=True)) for name in file]  # every file readable before any report
+        checked = [
+            (name, files.read_source(name, allow_empty=True)) for name in file
+        ]  # every file readable before any report
         languages = [language(name, lang, required=True) for name, _ in checked]
         reports = []
-        for (name, source), lang_name in zip(checked, languages):
+        for (name, source), lang_name in zip(checked, languages, strict=True):
             report = syntax.check(source, lang_name)
             label = "stdin" if name == files.STDIN else name
             reports.append(report.to_dict() | {"file": label})
@@ -342,8 +414,15 @@ def list_decoders(json_out: Json = False) -> None:
 
 @app.command(cls=Command)
 def train(
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="training setting key=value (repeatable; see dlmcode/training/train.py TrainConfig)")] = None,
-    export: Annotated[str | None, typer.Option(help="after training, copy the best model here (bf16) with a model card")] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option", "-o", help="training setting key=value (repeatable; see dlmcode/training/train.py TrainConfig)"
+        ),
+    ] = None,
+    export: Annotated[
+        str | None, typer.Option(help="after training, copy the best model here (bf16) with a model card")
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Train the built-in dLLM (tokenizer and model) on this Python's standard library; resumes a run folder."""
@@ -361,10 +440,22 @@ def train(
 @app.command(name="train-assistant", cls=Command)
 def train_assistant(
     model: Model = None,
-    assistant: Annotated[str | None, typer.Option(help="Hugging Face causal LM to fine-tune (e.g. Qwen/Qwen3-0.6B) [default: a new tiny assistant]")] = None,
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="training setting key=value (repeatable; see dlmcode/training/train_assistant.py AssistantTrainConfig)")] = None,
+    assistant: Annotated[
+        str | None,
+        typer.Option(help="Hugging Face causal LM to fine-tune (e.g. Qwen/Qwen3-0.6B) [default: a new tiny assistant]"),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            help="training setting key=value (repeatable; see AssistantTrainConfig in training/train_assistant.py)",
+        ),
+    ] = None,
     device: Device = "auto",
-    export: Annotated[str | None, typer.Option(help="after training, copy the best assistant here with a model card")] = None,
+    export: Annotated[
+        str | None, typer.Option(help="after training, copy the best assistant here with a model card")
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Train CoDiLA's assistant for a dLLM (kept frozen) on block-masked canvases; resumes a run folder."""
@@ -379,19 +470,43 @@ def train_assistant(
         emit(json.dumps(last))
 
 
-Decoders = Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to run (repeatable) [default: every decoder]")]
+Decoders = Annotated[
+    list[str] | None, typer.Option("--decoder", "-d", help="decoder to run (repeatable) [default: every decoder]")
+]
 
 
 @app.command(cls=Command)
 def compare(
     file: Source,
-    span: Annotated[str | None, typer.Option(help="lines A:B to rewrite, 1-based inclusive; omit to fill the file's ⟦fill⟧ markers (no exact match then)")] = None,
+    span: Annotated[
+        str | None,
+        typer.Option(
+            help="lines A:B to rewrite, 1-based inclusive; omit to fill the file's ⟦fill⟧ markers (no exact match then)"
+        ),
+    ] = None,
     decoder: Decoders = None,
     samples: Annotated[int, typer.Option("--samples", "-n", help="runs per decoder, with seeds 0..N-1")] = 1,
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
-    sweep: Annotated[list[str] | None, typer.Option(help="key=v1,v2,...: run each value (e.g. guard=false,true); several --sweep run their cartesian product")] = None,
-    temperature: Annotated[float | None, typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite)] = None,
-    length: Annotated[str | None, typer.Option(help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]")] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)"),
+    ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="key=v1,v2,...: run each value (e.g. guard=false,true); several --sweep run their cartesian product"
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite),
+    ] = None,
+    length: Annotated[
+        str | None,
+        typer.Option(
+            help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: "
+            "docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]"
+        ),
+    ] = None,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -409,14 +524,18 @@ def compare(
         source = files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
         parse_options(option)  # well formed; each decoder checks its own settings below
-        run = RunSettings(model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
-                          length=parse_length(length),
-                          lang=language(file, lang, required=False))  # decoder, temperature, cache: each config's
+        run = RunSettings(
+            model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
+            length=parse_length(length),
+            lang=language(file, lang, required=False),
+        )  # decoder, temperature, cache: each config's
         with starting(quiet):
             from ..bench import live, runner
             from . import view
         temp, note = runner.compare_temperature(samples, temperature)
-        configs = runner.configs(decoder or [], option or [], sweep or [], temp)  # each config: its decoder, settings and cache
+        configs = runner.configs(
+            decoder or [], option or [], sweep or [], temp
+        )  # each config: its decoder, settings and cache
         dlm = load_model(run.model, quiet)
         configs, skipped = runner.attach_all(configs, dlm, strict=bool(decoder))
         out = view.console(quiet)
@@ -429,24 +548,68 @@ def compare(
             out.width = max(out.width, 132)
         out.print(board.table())
         if json_out:
-            meta = {"input": file, "span": list(where) if where else None, "samples": samples, "temperature": temp, "model": dlm.name}
+            meta = {
+                "input": file,
+                "span": list(where) if where else None,
+                "samples": samples,
+                "temperature": temp,
+                "model": dlm.name,
+            }
             emit(json.dumps(runner.compare_summary(found, configs, meta), ensure_ascii=False))
 
 
 @app.command(cls=Command)
 def bench(
-    suite: Annotated[str, typer.Option("--suite", "-s", help="heldout-single|-multi|-span, humaneval-infill-single|-multi|-span|-span-light, humaneval, or a .jsonl(.gz) file or a folder")],
+    suite: Annotated[
+        str,
+        typer.Option(
+            "--suite",
+            "-s",
+            help="heldout-single|-multi|-span, humaneval-infill-single|-multi|-span|-span-light, humaneval, or a "
+            ".jsonl(.gz) file or a folder",
+        ),
+    ],
     decoder: Decoders = None,
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)")] = None,
-    sweep: Annotated[list[str] | None, typer.Option(help="key=v1,v2,...: run each value; several --sweep run their cartesian product")] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)"),
+    ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(help="key=v1,v2,...: run each value; several --sweep run their cartesian product"),
+    ] = None,
     limit: Annotated[int | None, typer.Option(help="only the first N tasks")] = None,
     seed: Seed = 0,
-    length: Annotated[int, typer.Option(help="tokens generated per prompt (humaneval); infill holes get the canonical middle's token count (oracle length)")] = 128,
-    out: Annotated[Path | None, typer.Option(help="folder for samples.jsonl, summary.json/.csv and pareto.png/.svg; an existing one is resumed")] = None,
+    length: Annotated[
+        int,
+        typer.Option(
+            help="tokens generated per prompt (humaneval); infill holes get the canonical middle's token count (oracle "
+            "length)"
+        ),
+    ] = 128,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder for samples.jsonl, summary.json/.csv and pareto.png/.svg; an existing one is resumed"
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="wall-clock seconds per test run", callback=finite)] = 10.0,
     cpu: Annotated[int, typer.Option(help="CPU seconds per test run")] = 5,
-    memory: Annotated[int, typer.Option(help="MiB of memory per test run, all its processes together (where no cgroup can be made: per process, and none may start another)")] = 1024,
-    unsafe_no_sandbox: Annotated[bool, typer.Option("--unsafe-no-sandbox", help="run generated code without OS isolation (only limits and an audit hook) where the sandbox cannot be built; only on a machine you can throw away")] = False,
+    memory: Annotated[
+        int,
+        typer.Option(
+            help="MiB of memory per test run, all its processes together (where no cgroup can be made: per process, "
+            "and none may start another)"
+        ),
+    ] = 1024,
+    unsafe_no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-no-sandbox",
+            help="run generated code without OS isolation (only limits and an audit hook) where the sandbox cannot be "
+            "built; only on a machine you can throw away",
+        ),
+    ] = False,
     model: Model = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -454,11 +617,21 @@ def bench(
     trust_remote_code: TrustRemoteCode = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object on stdout")] = False,
     quiet: Quiet = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="decodes sharing each model forward (padded, masked); results as at 1")] = 1,
-    fill_length: Annotated[str, typer.Option("--fill-length", help="infill holes: oracle (the hidden middle's token count), unknown (the length rule sizes them, as serve and ⟦fill⟧ do), or editor (unknown, then cut after the first line as serve does)")] = "oracle",
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="decodes sharing each model forward (padded, masked); results as at 1")
+    ] = 1,
+    fill_length: Annotated[
+        str,
+        typer.Option(
+            "--fill-length",
+            help="infill holes: oracle (the hidden middle's token count), unknown (the length rule sizes them, as "
+            "serve and ⟦fill⟧ do), or editor (unknown, then cut after the first line as serve does)",
+        ),
+    ] = "oracle",
     offline: Offline = False,
 ) -> None:
-    """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under torchrun."""
+    """Run decoders over a task suite: pass@1, exact match, syntax-valid rate, TPF and speed, live; shards under
+    torchrun."""
     with reported("the samples written to --out are kept; run the same command again to resume"):
         if out is not None:
             files.output_folder(out)  # /proc/x, a path under a file: one line now, not after the first task
@@ -466,8 +639,9 @@ def bench(
             from ..bench import live, runner
             from . import view
         limits = {"timeout": timeout, "cpu": cpu, "memory_mb": memory, "isolated": not unsafe_no_sandbox}
-        run = runner.prepare_bench(suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size,
-                                   fill_length)  # fmt: skip
+        run = runner.prepare_bench(
+            suite, decoder or [], option or [], sweep or [], limit, seed, length, out, limits, batch_size, fill_length
+        )
         quiet = quiet or not run.ranks.lead
         run.ranks.join(device)  # under torchrun: join before loading, so a rank that fails tells the others
         with run.ranks.failing_fast():
@@ -490,31 +664,65 @@ def bench(
 
 @app.command(cls=Command)
 def speed(
-    lengths: Annotated[str | None, typer.Option(help="prompt lengths in tokens, comma-separated [default: 128,512,2048; --quick: 128]")] = None,
+    lengths: Annotated[
+        str | None, typer.Option(help="prompt lengths in tokens, comma-separated [default: 128,512,2048; --quick: 128]")
+    ] = None,
     gen: Annotated[int | None, typer.Option(help="holes decoded after each prompt [default: 64; --quick: 32]")] = None,
-    block: Annotated[int, typer.Option(help="holes a decoder chooses from per call: its `block`; codila keeps B = 4 and gets a window of block // 4 blocks")] = 32,
-    cache: Annotated[str | None, typer.Option(help="cache modes timed besides none, comma-separated [default: prefix,dual; --quick: prefix]")] = None,
+    block: Annotated[
+        int,
+        typer.Option(
+            help="holes a decoder chooses from per call: its `block`; codila keeps B = 4 and gets a window of block // "
+            "4 blocks"
+        ),
+    ] = 32,
+    cache: Annotated[
+        str | None,
+        typer.Option(help="cache modes timed besides none, comma-separated [default: prefix,dual; --quick: prefix]"),
+    ] = None,
     repeats: Annotated[int, typer.Option(help="decodes per row; the fastest counts")] = 1,
-    decoder: Annotated[list[str] | None, typer.Option("--decoder", "-d", help="decoder to time (repeatable) [default: every decoder; --quick: threshold, factor, mean-field]")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="a small grid for a first look (seconds, not minutes): a 128-token prompt, 32 holes, no cache and prefix, low-confidence and three decoders; flags you give win")] = False,
-    guard: Annotated[bool, typer.Option("--guard", help="time every decoder guarded (-o guard=true); the guard's ms per call is a column")] = False,
+    decoder: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--decoder",
+            "-d",
+            help="decoder to time (repeatable) [default: every decoder; --quick: threshold, factor, mean-field]",
+        ),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="a small grid for a first look (seconds, not minutes): a 128-token prompt, 32 holes, no cache and "
+            "prefix, low-confidence and three decoders; flags you give win",
+        ),
+    ] = False,
+    guard: Annotated[
+        bool,
+        typer.Option("--guard", help="time every decoder guarded (-o guard=true); the guard's ms per call is a column"),
+    ] = False,
     model: Model = None,
-    shape: Annotated[str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")] = None,
+    shape: Annotated[
+        str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")
+    ] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
     family: Family = None,
     trust_remote_code: TrustRemoteCode = False,
-    json_out: Annotated[bool, typer.Option("--json", help="print the rows and targets as one JSON object on stdout")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the rows and targets as one JSON object on stdout")
+    ] = False,
     quiet: Quiet = False,
 ) -> None:
-    """Time each decoder with and without a KV cache: ms per call, decoder overhead, calls, TPF, tokens/s, vs low-confidence."""
+    """Time each decoder with and without a KV cache: ms per call, decoder overhead, calls, TPF, tokens/s, vs
+    low-confidence."""
     with reported():
         with starting(quiet):
             from ..bench import speed as timing
             from . import cpu, view
         cfg = dataclasses.replace(timing.grid(lengths, gen, block, cache, decoder or [], repeats, quick), guard=guard)
         con = view.console(quiet)
-        cpu.configure_threads()  # as for every command: torch's one-per-core default ran several times slower on a busy machine
+        # as for every command: torch's one-per-core default ran several times slower on a busy machine
+        cpu.configure_threads()
         with con.status("loading model…"):
             dlm, note = timing.load(ModelChoice(model, device, dtype, family, trust_remote_code), shape)
         rows = view.follow_speed(timing.stream(dlm, cfg), con)
@@ -533,13 +741,40 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on; beyond localhost, set --api-key")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port (8012: llama.vim's and llama.vscode's default)")] = 8012,
     decoder: DecoderName = "low-confidence",
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable); none given: block=8 (left to right, so a fill's end stops the decode)")] = None,
-    cache: Annotated[str, typer.Option(help="KV cache: none, prefix or dual (Fast-dLLM; approximate; dual measured as good as prefix for serving, twice as fast)")] = "dual",
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            help="decoder setting key=value (repeatable); none given: block=8 (left to right, so a fill's end stops "
+            "the decode)",
+        ),
+    ] = None,
+    cache: Annotated[
+        str,
+        typer.Option(
+            help="KV cache: none, prefix or dual (Fast-dLLM; approximate; dual measured as good as prefix for serving, "
+            "twice as fast)"
+        ),
+    ] = "dual",
     cache_refresh: CacheRefresh = 0,
-    api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY", help="require Authorization: Bearer KEY on every request [env DLMCODE_API_KEY]")] = None,
-    lang: Annotated[str | None, typer.Option(help="language of the syntax rule and breakage [default: python for the built-in model, none otherwise]")] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DLMCODE_API_KEY", help="require Authorization: Bearer KEY on every request [env DLMCODE_API_KEY]"
+        ),
+    ] = None,
+    lang: Annotated[
+        str | None,
+        typer.Option(
+            help="language of the syntax rule and breakage [default: python for the built-in model, none otherwise]"
+        ),
+    ] = None,
     lines: Annotated[int, typer.Option(help="a fill ends after this many non-blank lines; 0 = no limit")] = 1,
-    batch: Annotated[int, typer.Option(help="decodes sharing each model forward (requests waiting, and OpenAI's n); 1 = one at a time")] = 4,
+    batch: Annotated[
+        int,
+        typer.Option(help="decodes sharing each model forward (requests waiting, and OpenAI's n); 1 = one at a time"),
+    ] = 4,
     device: Device = "auto",
     dtype: Dtype = "auto",
     family: Family = None,
@@ -563,7 +798,17 @@ def serve(
         from .. import serve as server
 
         dlm = load_model(ModelChoice(model, device, dtype, family, trust_remote_code), quiet=False)
-        engine = server.Engine(dlm, decoder, options, cache, cache_refresh, lang_name or server.default_lang(dlm), model or "dlmcode", lines, batch)
+        engine = server.Engine(
+            dlm,
+            decoder,
+            options,
+            cache,
+            cache_refresh,
+            lang_name or server.default_lang(dlm),
+            model or "dlmcode",
+            lines,
+            batch,
+        )
         stopped_by = server.run(engine, host, port, api_key or None)
     if stopped_by is not None:
         stopped(stopped_by)

@@ -25,8 +25,14 @@ DEVICE_KINDS = ("cpu", "cuda", "mps")
 # --device: a kind, and for CUDA an index; [0-9], not \d, which takes "cuda:８" (settings.py)
 DEVICE = re.compile(r"(?P<kind>[a-z]+)(?::(?P<index>[0-9]+))?")
 # --dtype name -> torch attribute (models/device.py maps them to torch dtypes)
-DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-               "float16": "float16", "fp16": "float16"}  # fmt: skip
+DTYPE_NAMES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,11 @@ class RunSettings:
     options: Mapping[str, Any] | None = None  # the decoder's settings (with a name only)
     temperature: float | None = None  # None: the decoder's own
     seed: int = 0
-    length: int | str | None = None  # holes: a number, "auto" (the length rule, dlmcode/jobs/sizing.py) or None (a span: its own count; bare ⟦fill⟧: the length rule)
+    length: int | str | None = (
+        # holes: a number, "auto" (the length rule, dlmcode/jobs/sizing.py) or None (a span: its own count; bare ⟦fill⟧:
+        # the length rule)
+        None
+    )
     lang: str | None = None  # language of the breakage check; None: not checked
     cache: str = "none"  # KV cache: none, prefix or dual
     cache_refresh: int = 0
@@ -73,7 +83,9 @@ class RunSettings:
         """These settings, refused where a flag would do nothing (the CLI's rule; a bench sweep
         may pair a refresh with cache none on purpose)."""
         if self.cache_refresh and self.cache == "none":
-            raise UsageError(f"--cache-refresh {self.cache_refresh} does nothing without a cache: add --cache prefix or --cache dual")
+            raise UsageError(
+                f"--cache-refresh {self.cache_refresh} does nothing without a cache: add --cache prefix or --cache dual"
+            )
         return self
 
 
@@ -85,7 +97,8 @@ def check_cache(mode: str, refresh: int) -> None:
         raise UsageError(f"--cache-refresh {refresh}: give 0 (at block changes only) or a number of calls")
 
 
-MAX_BATCH = 64  # serve --batch: decodes sharing a forward; past this a forward only grows (and its memory) while each waits longer
+# serve --batch: decodes sharing a forward; past this a forward only grows (and its memory) while each waits longer
+MAX_BATCH = 64
 
 
 def check_batch(size: int) -> None:
@@ -123,7 +136,9 @@ class CacheSettings:
 
     mode: str = "none"  # none | prefix (keep k/v before the block) | dual (also after it)
     block: int = 0  # holes per block: the decoder's `block` setting (0 = all holes are one block)
-    refresh: int = 0  # run every position at least every N calls; 0 = only when the block moves (Fast-dLLM), 1 = every call
+    refresh: int = (
+        0  # run every position at least every N calls; 0 = only when the block moves (Fast-dLLM), 1 = every call
+    )
 
     def __post_init__(self) -> None:
         check_cache(self.mode, self.refresh)  # run.py: the CLI checks the same before torch imports

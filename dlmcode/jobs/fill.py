@@ -27,8 +27,8 @@ from ..models import cache as kvcache
 from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
 from ..text import guard, oracle, spans, syntax
-from .processors import Ban, Penalty, Processor, names, processed
 from . import sizing
+from .processors import Ban, Penalty, Processor, names, processed
 
 Follow = Callable[[Iterator[Step]], Step | None]
 
@@ -52,7 +52,9 @@ class Result:
     guard: Mapping[str, Any] | None = None  # a guarded decode's counters (guard.Stats); None: unguarded
     notes: tuple[str, ...] = ()  # one line each, for the user: why a guard asked for could not hold
     processors: tuple[str, ...] = ()  # what was done to the logits (jobs/processors.py), by name
-    sized: tuple[int, ...] = ()  # holes the length rule chose per hole of unknown length (jobs/sizing.py); its call is in `calls`
+    sized: tuple[
+        int, ...
+    ] = ()  # holes the length rule chose per hole of unknown length (jobs/sizing.py); its call is in `calls`
 
     @property
     def tpf(self) -> float:
@@ -88,17 +90,31 @@ class Job:
     decoder: Decoder
     seed: int
     lang: str | None
-    originals: tuple[str, ...] | None = None  # the user's text per hole when the plan lacks it (a benchmark's hidden middle)
-    finish: Callable[[spans.Filled], str] | None = None  # a chat job: the code cut out of the reply, all of it the model's
+    originals: tuple[str, ...] | None = (
+        None  # the user's text per hole when the plan lacks it (a benchmark's hidden middle)
+    )
+    finish: Callable[[spans.Filled], str] | None = (
+        None  # a chat job: the code cut out of the reply, all of it the model's
+    )
     trim_at: int | None = None  # generate: the completion ends at the first end-of-text
     processors: tuple[Processor, ...] = ()  # what happens to the logits, in order (jobs/processors.py)
     notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
     sized: sizing.Sized | None = None  # the length rule's probe (its call and seconds count in the Result)
 
     def __post_init__(self) -> None:
-        if oracle.wants(self.decoder):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
-            self.decoder = oracle.with_oracle(self.decoder, self.plan, self.dlm.tokenizer, self.lang, self.before,
-                                              self.dlm.special_ids, self.trim_at, decoders.name_of(self.decoder))  # fmt: skip
+        if oracle.wants(
+            self.decoder
+        ):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
+            self.decoder = oracle.with_oracle(
+                self.decoder,
+                self.plan,
+                self.dlm.tokenizer,
+                self.lang,
+                self.before,
+                self.dlm.special_ids,
+                self.trim_at,
+                decoders.name_of(self.decoder),
+            )
         if getattr(self.decoder, "guard", False):
             self.decoder = self.with_guard(self.decoder)
 
@@ -111,9 +127,12 @@ class Job:
             self.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
         fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
-        found = guard.first_witness(self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge,
-                                    budget=guard.FIRST)  # None: from a draft; bounded, as every search of the guard
-        return dataclasses.replace(decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit))
+        found = guard.first_witness(
+            self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge, budget=guard.FIRST
+        )  # None: from a draft; bounded, as every search of the guard
+        return dataclasses.replace(
+            decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit)
+        )
 
     def unguardable(self) -> str | None:
         if self.lang is None:
@@ -129,7 +148,9 @@ class Job:
         new, so tree-sitter alone answers a broken text (exactly: the rule's count takes the larger
         checker's); Python's compile() runs only on texts tree-sitter passes."""
         canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
-        filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        filled = spans.splice(
+            self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
+        )
         if self.lang is not None and self.clean_before:
             quick = syntax.tree_errors(filled.text, self.lang)
             if quick:
@@ -152,9 +173,13 @@ class Job:
     def text_around(self, tokens: torch.Tensor, start: int, stop: int) -> tuple[str, str]:
         """The text before and after canvas positions [start, stop) of one hole (other holes as the user's text)."""
         ids = tokens.tolist()
-        hole, run = next((h, r) for h, r in zip(self.plan.holes, self.plan.positions) if r.start <= start < r.stop)
-        head, tail = (spans.decode_fill(part, self.dlm.tokenizer, self.dlm.special_ids, self.trim_at)
-                      for part in (ids[run.start : start], ids[stop : run.stop]))  # fmt: skip
+        hole, run = next(
+            (h, r) for h, r in zip(self.plan.holes, self.plan.positions, strict=True) if r.start <= start < r.stop
+        )
+        head, tail = (
+            spans.decode_fill(part, self.dlm.tokenizer, self.dlm.special_ids, self.trim_at)
+            for part in (ids[run.start : start], ids[stop : run.stop])
+        )
         return self.plan.text[: hole.start_char] + head, tail + self.plan.text[hole.end_char :]
 
     def around(self) -> list[tuple[str, str]]:
@@ -179,7 +204,9 @@ class Job:
         final = follow(counting(self.steps(), taken))
         seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0)
         canvas = final.canvas if final else self.plan.canvas
-        filled = spans.splice(self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        filled = spans.splice(
+            self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
+        )
         text = self.finish(filled) if self.finish else filled.text
         return Result(
             text=text,
@@ -228,7 +255,7 @@ class Job:
         if self.finish:  # the whole reply is the model's: one hole, in an empty text
             return syntax.breakage("", text, self.lang, holes=[syntax.Region((0, 0), (0, len(text)))])
         before, regions = self.reference
-        holes = [syntax.Region(b, a) for b, a in zip(regions, filled.regions)]
+        holes = [syntax.Region(b, a) for b, a in zip(regions, filled.regions, strict=True)]
         return syntax.breakage(before, text, self.lang, holes=holes)
 
 
@@ -310,8 +337,16 @@ def prepare_infill(
     `cache` (none, prefix, dual) and `cache_refresh` set the KV cache (models/cache.py).
     The keyword arguments are a RunSettings' fields (run.py); infill_job takes one.
     """
-    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
-                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    run = RunSettings(
+        decoder=decoder,
+        options=options,
+        length=length,
+        seed=seed,
+        temperature=temperature,
+        lang=lang,
+        cache=cache,
+        cache_refresh=cache_refresh,
+    )
     return infill_job(source, span, default_model(dlm), run)
 
 
@@ -366,13 +401,28 @@ def prepare_generate(
 
     The keyword arguments but chat, raw and eos are a RunSettings' fields (run.py); generate_job takes one.
     """
-    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
-                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    run = RunSettings(
+        decoder=decoder,
+        options=options,
+        length=length,
+        seed=seed,
+        temperature=temperature,
+        lang=lang,
+        cache=cache,
+        cache_refresh=cache_refresh,
+    )
     return generate_job(prompt, default_model(dlm), run, chat=chat, raw=raw, eos=eos)
 
 
-def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None = None, raw: bool = False,
-                 eos: EndOfText | None = None) -> Job:  # fmt: skip
+def generate_job(
+    prompt: str,
+    dlm: Dlm,
+    run: RunSettings,
+    *,
+    chat: bool | None = None,
+    raw: bool = False,
+    eos: EndOfText | None = None,
+) -> Job:
     """prepare_generate's Job, from one run's settings; `length` is a number of tokens, or auto
     (the length rule reads it from one call over GENERATE_ROOM holes, end-of-text as the end)."""
     if not isinstance(run.length, int) and run.length != AUTO:
@@ -395,10 +445,13 @@ def generate_job(prompt: str, dlm: Dlm, run: RunSettings, *, chat: bool | None =
         return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=processors, sized=sized)
     if oracle.wants(built):
         raise UsageError(
-            f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use --no-chat"
+            f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use "
+            "--no-chat"
         )
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
-    return Job(plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=processors, sized=sized)
+    return Job(
+        plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=processors, sized=sized
+    )
 
 
 def prepare_middle(
@@ -425,8 +478,16 @@ def prepare_middle(
     end-of-text) may end the fill early: they are committed last, and the caller cuts the
     fill at the first (Result.ids); without them the holes hold code only.
     """
-    run = RunSettings(decoder=decoder, options=options, length=length, seed=seed, temperature=temperature, lang=lang,
-                      cache=cache, cache_refresh=cache_refresh)  # fmt: skip
+    run = RunSettings(
+        decoder=decoder,
+        options=options,
+        length=length,
+        seed=seed,
+        temperature=temperature,
+        lang=lang,
+        cache=cache,
+        cache_refresh=cache_refresh,
+    )
     raw = default_model(dlm)
     built, model = decoding(raw, run)
     plan_for = functools.partial(spans.plan_middle, prefix, suffix, model.vocab)
@@ -499,7 +560,10 @@ def with_assistant(decoder: Any, dlm: Any) -> Any:
     if assistant is None or isinstance(assistant, (str, Path)):
         where = shipped_path() if assistant is None else Path(assistant)
         if assistant is None and not where.is_dir():
-            raise ModelError(f"the built-in model's assistant is not installed (no folder {where}); reinstall dlmcode or {TRAIN_HINT}")
+            raise ModelError(
+                f"the built-in model's assistant is not installed (no folder {where}); reinstall dlmcode or "
+                f"{TRAIN_HINT}"
+            )
         assistant = load_cached(str(where), str(dlm.device), dlm.dtype)
     check(assistant, token_table(dlm.tokenizer), repr(dlm.name))
     return dataclasses.replace(decoder, assistant=assistant)

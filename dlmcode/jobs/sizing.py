@@ -46,7 +46,9 @@ class Rule:
     bias: float  # added to the end tokens' log-odds before the change point (calibration)
 
 
-BUILTIN = Rule(room=32, bias=3.0)  # room: the most pads it saw after content; bias: tuned on humaneval-infill-single[300:500]
+BUILTIN = Rule(
+    room=32, bias=3.0
+)  # room: the most pads it saw after content; bias: tuned on humaneval-infill-single[300:500]
 OTHER = Rule(room=64, bias=0.0)  # LLaDA, Dream, ...: room about 3 lines; bias 0 (uncalibrated: our choice)
 RULES = {"builtin": BUILTIN}
 

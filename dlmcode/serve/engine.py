@@ -54,9 +54,16 @@ class Answer:
 
     def extras(self) -> dict[str, Any]:
         """The dlmcode fields every protocol adds to its answer."""
-        return {"decoder": self.decoder, "settings": dict(self.settings), "calls": self.calls,
-                "tpf": round(self.tpf, 4), "holes": self.holes, "breakage": self.breakage,
-                "stop_reason": self.stop, "timed_out": self.timed_out}
+        return {
+            "decoder": self.decoder,
+            "settings": dict(self.settings),
+            "calls": self.calls,
+            "tpf": round(self.tpf, 4),
+            "holes": self.holes,
+            "breakage": self.breakage,
+            "stop_reason": self.stop,
+            "timed_out": self.timed_out,
+        }
 
 
 WARMUP = "warmup"
@@ -95,7 +102,9 @@ class Engine:
             raise BadRequest(f"t_max_predict_ms {req.time_ms}: give a time in ms >= 0 (0: no limit)")
         options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
         try:
-            return jobs.make_decoder(req.decoder or self.decoder, {k: text(v) for k, v in options.items()}, req.temperature)
+            return jobs.make_decoder(
+                req.decoder or self.decoder, {k: text(v) for k, v in options.items()}, req.temperature
+            )
         except UsageError as err:
             raise BadRequest(str(err)) from None
 
@@ -115,9 +124,19 @@ class Engine:
         n = length.holes(req.ceiling, self.dlm)
         ends = length.end_ids(self.dlm)
         try:
-            job = jobs.prepare_middle(req.extra + length.heal(req.prefix)[0], req.suffix, n, dlm=self.dlm, decoder=decoder, seed=req.seed,
-                                      lang=req.lang or self.lang, end_ids=ends, cache=self.cache,
-                                      cache_refresh=self.cache_refresh, unknown=True)  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/sizing.py)
+            job = jobs.prepare_middle(
+                req.extra + length.heal(req.prefix)[0],
+                req.suffix,
+                n,
+                dlm=self.dlm,
+                decoder=decoder,
+                seed=req.seed,
+                lang=req.lang or self.lang,
+                end_ids=ends,
+                cache=self.cache,
+                cache_refresh=self.cache_refresh,
+                unknown=True,
+            )  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/sizing.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = Remember()
@@ -132,7 +151,9 @@ class Engine:
         final = last(stream)
         return self.finish(req, job, final, bounds, start, trimmed, "".join(sent))
 
-    def streaming(self, stream: Iterator[Step], req: Fill, job: jobs.Job, sent: list[str], emit: Emit) -> Iterator[Step]:
+    def streaming(
+        self, stream: Iterator[Step], req: Fill, job: jobs.Job, sent: list[str], emit: Emit
+    ) -> Iterator[Step]:
         """`stream` as it is; after each step, the text it settled beyond what was sent goes to `emit`."""
         done = ""
         for step in stream:
@@ -166,8 +187,9 @@ class Engine:
         longest = max((len(s) for s in req.stop if s), default=1)
         return cut[: max(0, len(whole) - longest + 1)]
 
-    def finish(self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float, trimmed: bool,
-               sent: str = "") -> Answer:  # fmt: skip
+    def finish(
+        self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float, trimmed: bool, sent: str = ""
+    ) -> Answer:
         region = job.plan.positions[0]
         canvas = final.canvas if final else job.plan.canvas
         ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
@@ -179,20 +201,34 @@ class Engine:
         stopped = stopped or dedented
         least = sent.count("\n") + 1 if sent else 1  # lines a stream has sent: the syntax rule keeps them
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang, least)
-        ended = ended or (job.sized is not None and len(region) < length.holes(req.ceiling, self.dlm))  # the length rule ended it
+        ended = ended or (
+            job.sized is not None and len(region) < length.holes(req.ceiling, self.dlm)
+        )  # the length rule ended it
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
         windowed = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
         truncated = trimmed or windowed  # code (not input_extra) cut to fit the context
-        return Answer(kept.text, reason, len(region), len(ids), final.calls if final else 0,
-                      len(canvas.tokens) - len(region), time.perf_counter() - start, decoders.name_of(job.decoder),
-                      decoders.settings_of(job.decoder), kept.breakage.to_dict() if kept.breakage else None, truncated)
+        return Answer(
+            kept.text,
+            reason,
+            len(region),
+            len(ids),
+            final.calls if final else 0,
+            len(canvas.tokens) - len(region),
+            time.perf_counter() - start,
+            decoders.name_of(job.decoder),
+            decoders.settings_of(job.decoder),
+            kept.breakage.to_dict() if kept.breakage else None,
+            truncated,
+        )
 
     def lines_of(self, req: Fill) -> int:
         return self.lines if req.lines is None else req.lines
 
     def empty(self, decoder: Decoder) -> Answer:
-        return Answer("", WARMUP, 0, 0, 0, 0, 0.0, decoders.name_of(decoder), decoders.settings_of(decoder), None, False)
+        return Answer(
+            "", WARMUP, 0, 0, 0, 0, 0.0, decoders.name_of(decoder), decoders.settings_of(decoder), None, False
+        )
 
 
 def reopens(decoder: Decoder, holes: int) -> bool:

@@ -13,8 +13,9 @@ Editors send a ceiling (`n_predict`, `max_tokens`, `num_predict`), never the mid
 2. End. The fill is cut at the first end token if any (none is proposed on a sized canvas),
    and a decode stops as soon as its lines are complete (rule 3, steps.bounded).
 3. Lines. The fill ends after its first LINES non-blank lines (the server's --lines,
-   default 1; the last line break is kept when the hole stands for whole lines): an editor completes the line at the cursor, and asks again for the next
-   (llama.vim, llama.vscode accept a suggestion line by line). Decoding left to right
+   default 1; the last line break is kept when the hole stands for whole lines): an editor
+   completes the line at the cursor, and asks again for the next (llama.vim, llama.vscode
+   accept a suggestion line by line). Decoding left to right
    (a decoder's `block`), the decode stops as soon as those lines are committed.
 4. Stop strings (llama.cpp `stop`, OpenAI `stop`, Ollama `options.stop`) cut at their first
    occurrence; llama.cpp's `n_indent` cuts before the first later line indented less.

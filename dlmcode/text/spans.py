@@ -220,9 +220,15 @@ def _span_hole(text: str, span: tuple[int, int], length: int | None, tokenizer: 
 
 def _plan(text: str, holes: Sequence[Hole], vocab: Vocab, length: int | None) -> Plan:
     """Tokenise the pieces between holes, fit the window, lay out the canvas."""
-    tokenizer, mask_id, context, bos_id, eos_id = vocab.tokenizer, vocab.mask_id, vocab.context, vocab.bos_id, vocab.eos_id
+    tokenizer, mask_id, context, bos_id, eos_id = (
+        vocab.tokenizer,
+        vocab.mask_id,
+        vocab.context,
+        vocab.bos_id,
+        vocab.eos_id,
+    )
     head, tail = text[: holes[0].start_char], text[holes[-1].end_char :]
-    middles = [tokenizer.encode(text[a.end_char : b.start_char]) for a, b in zip(holes, holes[1:])]
+    middles = [tokenizer.encode(text[a.end_char : b.start_char]) for a, b in zip(holes, holes[1:], strict=False)]
     specials = (bos_id is not None) + (eos_id is not None)
     fixed = specials + sum(h.length for h in holes) + sum(map(len, middles))
     if fixed > context:
@@ -352,7 +358,7 @@ def decode_fill(run: list[int], tokenizer: Tokenizer, drop_ids: frozenset[int], 
 def _join(text: str, holes: Sequence[Hole], fills: list[str]) -> tuple[str, list[tuple[int, int]]]:
     """Original text between holes, fills in them; also each fill's [start, end) in the result."""
     parts, spans, cursor, size = [], [], 0, 0
-    for hole, fill in zip(holes, fills):
+    for hole, fill in zip(holes, fills, strict=True):
         parts += [text[cursor : hole.start_char], fill]
         size += hole.start_char - cursor
         spans.append((size, size + len(fill)))
@@ -365,5 +371,7 @@ def _join(text: str, holes: Sequence[Hole], fills: list[str]) -> tuple[str, list
 def line_range(text: str, start: int, end: int) -> tuple[int, int]:
     """1-based lines holding text[start:end]; an empty fill is on the line where it stands."""
     first = line_of(text, start)
-    inside = sum(1 for m in LINE_BREAK.finditer(text, start, end) if m.end() < end)  # a break ending the fill starts no line of it
+    inside = sum(
+        1 for m in LINE_BREAK.finditer(text, start, end) if m.end() < end
+    )  # a break ending the fill starts no line of it
     return first, first + inside
