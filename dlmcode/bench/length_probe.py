@@ -36,9 +36,13 @@ def ends_read(dlm, task: suites.Task, room: int) -> tuple[int, torch.Tensor]:
 
 def scores(reads: list[tuple[int, torch.Tensor]], bias: float) -> dict[str, float]:
     chosen = [(rule.change_point(p, bias), n) for n, p in reads]
-    return {"bias": bias, "exact_length": round(sum(c == n for c, n in chosen) / len(chosen), 4),
-            "within_20pct": round(sum(abs(c - n) <= 0.2 * n for c, n in chosen) / len(chosen), 4),
-            "median_chosen": statistics.median(c for c, _ in chosen), "median_true": statistics.median(n for _, n in chosen)}
+    return {
+        "bias": bias,
+        "exact_length": round(sum(c == n for c, n in chosen) / len(chosen), 4),
+        "within_20pct": round(sum(abs(c - n) <= 0.2 * n for c, n in chosen) / len(chosen), 4),
+        "median_chosen": statistics.median(c for c, _ in chosen),
+        "median_true": statistics.median(n for _, n in chosen),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
