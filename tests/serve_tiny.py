@@ -69,9 +69,14 @@ class Gated:
 
 def tiny_dlm(prefix: str, script: str, delay: float = 0.0, context: int = 256) -> tuple[Dlm, Script]:
     predict = Script(prefix, script, delay)
-    dlm = Dlm(
+    return char_dlm(predict, context), predict
+
+
+def char_dlm(predict, context: int = 256, family: str = "tiny") -> Dlm:
+    """A Dlm over the char tokenizer whose model is `predict`."""
+    return Dlm(
         name="tiny",
-        family="tiny",
+        family=family,
         tokenizer=CharTokenizer(),
         mask_id=MASK,
         eos_id=EOS,
@@ -83,4 +88,3 @@ def tiny_dlm(prefix: str, script: str, delay: float = 0.0, context: int = 256) -
         special_ids=frozenset({PAD, MASK, BOS, EOS}),
         bos_id=BOS,
     )
-    return dlm, predict

@@ -12,11 +12,10 @@ from dlmcode.bench import runner
 from dlmcode.bench.suites import Task
 from dlmcode.jobs import fill
 from dlmcode.jobs import sizing as length
-from dlmcode.models.base import Dlm
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
 
-from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, CharTokenizer
+from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, char_dlm
 
 
 def logits_with_end(p_end: list[float], end: int = PAD) -> torch.Tensor:
@@ -62,23 +61,6 @@ class Ends:
         return rows
 
 
-def stand_in(predict: Ends, context: int = 256, family: str = "tiny") -> Dlm:
-    return Dlm(
-        name="tiny",
-        family=family,
-        tokenizer=CharTokenizer(),
-        mask_id=MASK,
-        eos_id=EOS,
-        pad_id=PAD,
-        context=context,
-        predict=predict,
-        device=torch.device("cpu"),
-        dtype=torch.float32,
-        special_ids=frozenset({PAD, MASK, BOS, EOS}),
-        bos_id=BOS,
-    )
-
-
 def test_the_probe_reads_each_regions_length():
     predict = Ends(start=3, n=5)
     tokens = torch.tensor([BOS, 10, 11] + [MASK] * 12 + [12, EOS])
@@ -88,7 +70,7 @@ def test_the_probe_reads_each_regions_length():
 def test_serve_sizes_the_fill_by_the_rule_and_counts_the_probe():
     prefix = "def f():\n    "
     predict = Ends(start=1 + len(prefix.rstrip(" \t")), n=6)
-    answer = Engine(stand_in(predict), lang=None, lines=0).run(Fill(prefix, "\n", ceiling=40))
+    answer = Engine(char_dlm(predict), lang=None, lines=0).run(Fill(prefix, "\n", ceiling=40))
     assert answer.holes == 6 and answer.text == "xxxxxx".lstrip(" ") and answer.calls == 1 + 6 == predict.calls
     assert answer.stop == "end"  # fewer holes than the ceiling: the model ended the fill
 
@@ -96,26 +78,26 @@ def test_serve_sizes_the_fill_by_the_rule_and_counts_the_probe():
 def test_a_bare_marker_is_sized_by_the_rule_and_a_given_length_is_kept():
     source = "ab⟦fill⟧cd"
     predict = Ends(start=3, n=4)
-    result = fill.prepare_infill(source, dlm=stand_in(predict)).run()
+    result = fill.prepare_infill(source, dlm=char_dlm(predict)).run()
     assert result.text == "abxxxxcd" and result.sized == (4,) and result.calls == 1 + 4 == predict.calls
     predict = Ends(start=3, n=4)
-    result = fill.prepare_infill(source, dlm=stand_in(predict), length=7).run()
+    result = fill.prepare_infill(source, dlm=char_dlm(predict), length=7).run()
     assert result.sized == () and result.filled == 7 and result.calls == 7 == predict.calls  # --length 7: no probe
     predict = Ends(start=3, n=4)
-    result = fill.prepare_infill("ab⟦fill:2⟧cd", dlm=stand_in(predict)).run()
+    result = fill.prepare_infill("ab⟦fill:2⟧cd", dlm=char_dlm(predict)).run()
     assert result.sized == () and result.filled == 2  # ⟦fill:N⟧ has its length
 
 
 def test_length_auto_sizes_a_span_within_room_to_spare():
     source = "ab\ncdefgh\nij\n"  # line 2 holds 7 tokens with its break; the probe opens 7 + 8
     predict = Ends(start=4, n=3)
-    result = fill.prepare_infill(source, (2, 2), dlm=stand_in(predict), length="auto").run()
+    result = fill.prepare_infill(source, (2, 2), dlm=char_dlm(predict), length="auto").run()
     assert result.sized == (3,) and result.filled == 3 and result.calls == 1 + 3
 
 
 def test_generate_auto_ends_at_the_end_of_text_marginal():
     predict = Ends(start=3, n=5, end=EOS)
-    result = fill.prepare_generate("ab", dlm=stand_in(predict), length="auto", lang=None, chat=False).run()
+    result = fill.prepare_generate("ab", dlm=char_dlm(predict), length="auto", lang=None, chat=False).run()
     assert result.sized == (5,) and result.text == "abxxxxx" and result.calls == 1 + 5
 
 
@@ -124,7 +106,7 @@ def test_bench_unknown_length_uses_the_rule_and_its_call_counts():
     config = runner.configs(["low-confidence"], [], [], fill_length=runner.UNKNOWN)[0]
     predict = Ends(start=3, n=4)
     sample = runner.scored(
-        task, config, stand_in(predict), 0, None, runner.decode(task, config, stand_in(predict), 0, 128)
+        task, config, char_dlm(predict), 0, None, runner.decode(task, config, char_dlm(predict), 0, 128)
     )
     assert sample.output == "xxxx" and sample.calls == 1 + 4 and sample.settings["length"] == "unknown"
     assert config.label == "low-confidence length=unknown"

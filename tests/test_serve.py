@@ -9,6 +9,7 @@ import threading
 import pytest
 from starlette.testclient import TestClient
 
+from dlmcode.jobs import sizing
 from dlmcode.serve import fim, length
 from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
@@ -368,11 +369,11 @@ def test_unknown_and_bad_settings_are_400():
 def test_holes_follow_the_ceiling_and_the_family_cap():
     dlm, _ = tiny_dlm("", "")
     assert (
-        length.holes(128, dlm) == length.OTHER_CAP
+        length.holes(128, dlm) == sizing.OTHER.room
         and length.holes(5, dlm) == 5
-        and length.holes(-1, dlm) == length.OTHER_CAP
+        and length.holes(-1, dlm) == sizing.OTHER.room
     )
-    assert length.end_ids(dlm) == (3, 0)
+    assert sizing.end_ids(dlm) == (3, 0)
 
 
 def test_stop_strings_and_n_indent_cut_the_fill():

@@ -78,9 +78,12 @@ WRONG_TYPES = [
     ("/v1/completions", {"prompt": {"a": 1}}, "prompt must be a string"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 1e9}, "past the model's context"),
     ("/v1/completions", {"prompt": "x", "n": 0}, "n 0"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": -5}, "max_tokens -5: give"),  # the client's own field
+    ("/v1/completions", {"prompt": "x", "max_tokens": 100_000}, "max_tokens 100000 is past"),
     ("/v1/completions", {"prompt": "x", "logprobs": 5}, "not supported"),
     ("/api/generate", {"prompt": "x", "options": {"num_predict": "lots"}}, "num_predict must be an integer"),
     ("/api/generate", {"prompt": "x", "options": "fast"}, "options must be an object"),
+    ("/api/generate", {"prompt": "x", "options": {"num_predict": -5}}, "options.num_predict -5: give"),
     ("/api/generate", {"prompt": 7}, "prompt must be a string"),
 ]
 

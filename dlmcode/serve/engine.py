@@ -22,6 +22,7 @@ from ..core.errors import DlmcodeError, UsageError
 from ..core.run import check_batch
 from ..jobs import batch as batching
 from ..jobs import fill as jobs
+from ..jobs import sizing
 from ..jobs.processors import Remember
 from ..models.base import Dlm
 from . import length, steps, trim
@@ -93,9 +94,12 @@ class Engine:
         """The request's decoder, built; BadRequest for anything that would fail in the queue."""
         if req.ceiling is not None and req.ceiling != length.NO_CEILING:
             if req.ceiling < 0:
-                raise BadRequest(f"n_predict {req.ceiling}: give a number of tokens >= 0, or -1 for the server's rule")
+                raise BadRequest(
+                    f"{req.ceiling_name} {req.ceiling}: give a number of tokens >= 0, or -1 for the server's rule"
+                )
             if req.ceiling > self.dlm.context:
-                raise BadRequest(f"n_predict {req.ceiling} is past the model's context ({self.dlm.context} tokens)")
+                context = self.dlm.context
+                raise BadRequest(f"{req.ceiling_name} {req.ceiling} is past the model's context ({context} tokens)")
         if req.lines is not None and req.lines < 0:
             raise BadRequest(f"lines {req.lines}: give the most non-blank lines a fill may hold, or 0 for any")
         if req.time_ms is not None and req.time_ms < 0:
@@ -122,7 +126,7 @@ class Engine:
         start = time.perf_counter()
         req, trimmed = trim.trim(req, self.dlm.context)  # before any tokenizing: a request's cost is bounded
         n = length.holes(req.ceiling, self.dlm)
-        ends = length.end_ids(self.dlm)
+        ends = sizing.end_ids(self.dlm)
         try:
             job = jobs.prepare_middle(
                 req.extra + length.heal(req.prefix)[0],
@@ -177,7 +181,7 @@ class Engine:
         tokens = canvas.tokens[region.start : region.stop]  # (H,)
         holes = (tokens == canvas.mask_id).nonzero()
         run = tokens[: int(holes[0]) if len(holes) else len(tokens)].tolist()
-        ids, _ = length.cut_at_end(run, length.end_ids(self.dlm))
+        ids, _ = length.cut_at_end(run, sizing.end_ids(self.dlm))
         kept_ids = [i for i in ids if i not in self.dlm.special_ids]
         text = length.unheal(self.dlm.tokenizer.decode(kept_ids) if kept_ids else "", length.heal(req.prefix)[1])
         whole = text[: max(0, text.rfind("\n"))]

@@ -34,8 +34,6 @@ from ..jobs import sizing as rule
 from ..models.base import Dlm
 from ..text import syntax
 
-BUILTIN_CAP = rule.BUILTIN.room  # the most pads the built-in model saw after a hole's content
-OTHER_CAP = rule.OTHER.room  # holes for other families when the editor asks for more (about 3 lines)
 NO_CEILING = -1  # llama.cpp's and Ollama's "no limit"
 
 STOP_STRING = "stop"  # a stop string cut the fill
@@ -51,11 +49,6 @@ def holes(ceiling: int | None, dlm: Dlm) -> int:
     """Holes to open for an editor's ceiling (None or NO_CEILING: the family's cap)."""
     most = cap(dlm)
     return most if ceiling is None or ceiling == NO_CEILING else min(ceiling, most)
-
-
-def end_ids(dlm: Dlm) -> tuple[int, ...]:
-    """Tokens that end a fill (the length rule's, dlmcode/jobs/sizing.py)."""
-    return rule.end_ids(dlm)
 
 
 def heal(prefix: str) -> tuple[str, str]:

@@ -44,6 +44,7 @@ def generate(data: Mapping[str, Any]) -> Fill:
         prefix=prefix,
         suffix=suffix,
         ceiling=0 if not prompt and not suffix else ceiling,  # Ollama: an empty prompt only loads the model
+        ceiling_name="options.num_predict",
         options={k: v for k, v in options.items() if k not in OLLAMA_OPTIONS},
         **body.sampling(options),
         **body.extensions(data),

@@ -50,6 +50,7 @@ def completion(data: Mapping[str, Any]) -> Fill:
         prefix=prefix,
         suffix=suffix,
         ceiling=body.integer(data, "max_tokens"),
+        ceiling_name="max_tokens",
         options=body.mapping(data, "options"),
         **body.sampling(data),
         **body.extensions(data),

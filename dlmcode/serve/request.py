@@ -26,6 +26,7 @@ class Fill:
     prefix: str
     suffix: str = ""
     ceiling: int | None = None  # n_predict / max_tokens / num_predict; None or -1: the length rule's cap
+    ceiling_name: str = "n_predict"  # the field the client sent it in, for its errors
     decoder: str | None = None  # None: the server's
     options: Mapping[str, Any] = field(default_factory=dict)  # decoder settings (merged over the server's)
     temperature: float | None = None
