@@ -7,7 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 
@@ -19,6 +19,7 @@ from dlmcode.bench.metrics import Sample
 from dlmcode.cli.commands import app
 from dlmcode.core.errors import InputError, UsageError
 
+from ranks import rank_env, store_port
 from tiny import SNIPPETS
 
 TASKS = [
@@ -396,10 +397,28 @@ def test_generation_task_runs_its_tests(dlm):
     assert found.breakage is not None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_whose_peer_never_joins_stops_in_one_line(rank, monkeypatch):
+    """A rank that fails before joining (a bad flag, an --out it cannot write) never comes; the
+    ones that did come must stop after JOIN_TIMEOUT, not wait the gather's hours: rank 0 for
+    rank 1, rank 1 for the store rank 0 never opened."""
+    import time
+    from datetime import timedelta
+
+    port = store_port()
+    monkeypatch.setattr(os, "environ", rank_env(rank, 2, port))
+    monkeypatch.setattr(runner, "JOIN_TIMEOUT", timedelta(seconds=2))
+    start = time.monotonic()
+    with pytest.raises(runner.DlmcodeError) as err:
+        runner.Ranks.from_env().join("cpu")
+    waited = time.monotonic() - start
+    message = str(err.value)
+    where = re.escape(f"127.0.0.1:{port}")
+    assert re.fullmatch(rf"rank {rank} of 2: the other ranks did not join at {where} in \d+ s \(.+\)", message)
+    assert 1.5 < waited < 60  # about JOIN_TIMEOUT (twice it for a client rank, which tries twice)
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
 
 
 def test_two_ranks_give_the_summary_of_one(one_process, model, tasks_file, tmp_path):
@@ -409,16 +428,11 @@ def test_two_ranks_give_the_summary_of_one(one_process, model, tasks_file, tmp_p
     """
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dlmcode", *map(str, bench_args(model, tasks_file, out)), "-q"]
-    env = os.environ | {
-        "WORLD_SIZE": "2",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "OMP_NUM_THREADS": "1",
-    }
+    port = store_port()
     ranks = [
         subprocess.Popen(
             cmd,
-            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            env=rank_env(r, 2, port, OMP_NUM_THREADS="1"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

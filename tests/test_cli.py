@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from cli_run import SOURCE, one_line_error, run
+from ranks import rank_env, store_port
 
 
 def test_infill_prints_whole_file_with_only_the_span_changed(model, source):
@@ -494,7 +495,6 @@ def test_python_m_dlmcode_heldout_is_a_typer_command_over_the_same_parser():
 def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
     """Two `python -m dlmcode bench` processes with torchrun's worker environment; rank 1's model is
     missing. Rank 0 must stop with one line naming rank 1's error, not wait for it at the gather."""
-    import socket
     import subprocess
     import sys
 
@@ -502,10 +502,7 @@ def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
     code.mkdir()
     for i in range(6):
         (code / f"m{i}.py").write_text("".join(f"def f{i}_{j}(a, b):\n    return a * {j} + b\n\n\n" for j in range(20)))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = os.environ | {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "DLMCODE_THREADS": "1"}
+    port = store_port()
     models = [model, str(tmp_path / "missing-model")]
     ranks = [
         subprocess.Popen(
@@ -522,7 +519,7 @@ def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
                 str(tmp_path / "out"),
                 "-q",
             ],
-            env=env | {"RANK": str(r), "LOCAL_RANK": str(r)},
+            env=rank_env(r, 2, port, DLMCODE_THREADS="1"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -168,6 +168,24 @@ def test_bench_out_probe_leaves_nothing_behind(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_bench_out_probed_by_ranks_at_once_never_fails_one(tmp_path):
+    """The ranks of one bench probe the same new --out at the same moment: one rank's cleanup must
+    not remove the folder another is probing (it did: 'cannot write a file there (No such file or
+    directory)' on rank 0, which then never joined, and rank 1 waited for it)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "new" / "runs"
+    probe = (
+        "from pathlib import Path\nfrom dlmcode.core import files\n"
+        f"for _ in range(300): files.output_folder(Path({str(out)!r}))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", probe], stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- 6: suites that are not UTF-8
 
 

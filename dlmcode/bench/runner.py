@@ -17,6 +17,7 @@ import functools
 import itertools
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -50,6 +51,7 @@ EDITOR_CEILING = 128  # n_predict as llama.vim and llama.vscode send it (the rul
 SAMPLES_FILE = "samples.jsonl"
 PART_FILE = "samples.rank{}.jsonl"  # a rank's samples while a sharded run is going
 GATHER_TIMEOUT = timedelta(hours=12)  # ranks that finish early wait this long for the others
+JOIN_TIMEOUT = timedelta(minutes=3)  # ranks wait about this long for each other at the start (before the model)
 FAILED_KEY = "dlmcode/bench/failed"  # set in the process group's store by a rank that fails, read by the others
 RUN_SETTINGS = (
     "cache",
@@ -473,7 +475,35 @@ class Ranks:
         own_gpu = device_type == "cuda" and self.local_world <= torch.cuda.device_count()
         if own_gpu:
             torch.cuda.set_device(self.local)
-        dist.init_process_group("nccl" if own_gpu else "gloo", timeout=GATHER_TIMEOUT)
+        store = self.meet()
+        dist.init_process_group(
+            "nccl" if own_gpu else "gloo", store=store, rank=self.rank, world_size=self.world, timeout=GATHER_TIMEOUT
+        )
+
+    def meet(self) -> Any:
+        """The ranks' store (env://, as torchrun sets it up), reached within JOIN_TIMEOUT.
+
+        init_process_group alone would wait its collective timeout (GATHER_TIMEOUT, hours) for a
+        rank that failed before joining (a bad flag, a missing file): every rank starts together,
+        so one that has not come within minutes is not coming.
+        """
+        import time
+
+        import torch.distributed as dist
+
+        start = time.monotonic()
+        try:
+            with native_stderr_silenced():  # torch's C++ logs each retry and the timeout, frames and all
+                store, _, _ = next(dist.rendezvous("env://", self.rank, self.world, timeout=JOIN_TIMEOUT))
+        except (RuntimeError, ValueError) as err:  # DistNetworkError, DistStoreError: RuntimeErrors
+            # (a client rank tries twice, so it waits up to twice JOIN_TIMEOUT: say what it waited)
+            where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+            raise DlmcodeError(
+                f"rank {self.rank} of {self.world}: the other ranks did not join at {where} in "
+                f"{time.monotonic() - start:.0f} s ({str(err).strip().splitlines()[0][:200]})"
+            ) from None
+        store.set_timeout(JOIN_TIMEOUT)
+        return store
 
     def join(self, device: str) -> None:
         """start() for the device `device` names (before the model loads): CUDA when it resolves to CUDA."""
@@ -532,6 +562,21 @@ class Ranks:
                         why = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
                         store.set(FAILED_KEY, f"rank {self.rank} failed: {why}")
             raise
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for a while: what C++ code writes there (Python's own
+    errors are raised, and reported in one line by the command)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # ---------------------------------------------------------------- a whole bench

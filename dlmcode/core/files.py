@@ -19,6 +19,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -130,23 +131,29 @@ def output_folder(folder: Path, flag: str = "--out") -> None:
     """Make sure results can be written in `folder` before any work: /proc/x, a path under a
     file, a read-only place are one UsageError now, not a traceback after the first task.
 
-    The only honest test is to write there: the folders this makes and the probe file are
-    removed again, so a run that fails later leaves nothing behind.
+    The only honest test is to write there. A folder that exists gets a probe file; one that
+    does not is made, with the folders above it that are missing, inside a private temp folder
+    in the deepest one that exists, and the temp folder is removed again. So a run that fails
+    later leaves nothing behind, and ranks of one bench probing the same new --out at the same
+    moment cannot remove each other's probe (each makes and removes only its own).
     """
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{flag} {folder} is an existing file; give a folder (a new one, or one to resume)")
-    made = [p for p in [folder, *folder.parents] if not p.exists()]
+    base = next(p for p in [folder, *folder.parents] if p.exists())
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".dlmcode-probe.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        if base == folder:
+            fd, probe = tempfile.mkstemp(prefix=".dlmcode-probe.", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+            return
+        private = Path(tempfile.mkdtemp(prefix=".dlmcode-probe.", dir=base))
+        try:
+            (private / folder.relative_to(base)).mkdir(parents=True)
+            (private / folder.relative_to(base) / "probe").touch()
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
     except OSError as err:
         raise UsageError(f"{flag} {folder}: cannot write a file there ({err.strerror or err})") from None
-    finally:
-        for path in made:  # deepest first
-            with contextlib.suppress(OSError):
-                path.rmdir()
 
 
 def temp_prefix(target: Path) -> str:
