@@ -3,13 +3,17 @@
 Char-level tokenizer (id = code point + 4, ASCII only). `predict` proposes, at the k-th
 position after the prefix, the k-th character of `script` (then pad), with confidence
 falling in k, so any confidence-ordered decoder commits left to right. `delay` seconds per
-call make a slow model for time-limit, queue and cancellation tests.
+call make a slow model for time-limit, queue and cancellation tests. `serving` runs an app
+on a real socket for the tests that need a real HTTP client.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -88,3 +92,25 @@ def char_dlm(predict, context: int = 256, family: str = "tiny") -> Dlm:
         special_ids=frozenset({PAD, MASK, BOS, EOS}),
         bos_id=BOS,
     )
+
+
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """uvicorn serving `app` on a free port of 127.0.0.1, in a thread: the base URL.
+
+    The socket listens before the server starts, so a client may connect at once (it waits in the backlog).
+    """
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -19,7 +19,7 @@ from dlmcode.bench.metrics import Sample
 from dlmcode.cli.commands import app
 from dlmcode.core.errors import InputError, UsageError
 
-from ranks import rank_env, store_port
+from ports import free_port, rank_env
 from tiny import SNIPPETS
 
 TASKS = [
@@ -405,7 +405,7 @@ def test_a_rank_whose_peer_never_joins_stops_in_one_line(rank, monkeypatch):
     import time
     from datetime import timedelta
 
-    port = store_port()
+    port = free_port()
     monkeypatch.setattr(os, "environ", rank_env(rank, 2, port))
     monkeypatch.setattr(runner, "JOIN_TIMEOUT", timedelta(seconds=2))
     start = time.monotonic()
@@ -428,7 +428,7 @@ def test_two_ranks_give_the_summary_of_one(one_process, model, tasks_file, tmp_p
     """
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dlmcode", *map(str, bench_args(model, tasks_file, out)), "-q"]
-    port = store_port()
+    port = free_port()
     ranks = [
         subprocess.Popen(
             cmd,

@@ -16,6 +16,8 @@ from dlmcode.jobs import fill
 from dlmcode.models import cache, dream, native_dream, native_llada
 from dlmcode.models.builtin import BuiltinConfig, DlmcodeDiffusionLM
 
+from tiny import TINY_DREAM, TINY_LLADA, randomize
+
 CPU = torch.device("cpu")
 MASK = 63
 
@@ -31,48 +33,16 @@ class Spy:
         return self.model(ids, start, kv)
 
 
-def randomize(model: torch.nn.Module) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(
-                (1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=g) * (0.3 if p.dim() == 1 else 0.2)
-            )
-    return model.eval()
-
-
 def builtin_model() -> DlmcodeDiffusionLM:
     return randomize(DlmcodeDiffusionLM(BuiltinConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, mask_id=MASK)))
 
 
 def llada_model() -> native_llada.LladaLM:
-    cfg = {
-        "block_type": "llama",
-        "layer_norm_type": "rms",
-        "activation_type": "silu",
-        "rope": True,
-        "d_model": 32,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "n_layers": 2,
-        "mlp_hidden_size": 48,
-        "vocab_size": 64,
-        "weight_tying": False,
-    }
-    return randomize(native_llada.LladaLM(native_llada.LladaConfig.from_json(cfg)))
+    return randomize(native_llada.LladaLM(native_llada.LladaConfig.from_json(TINY_LLADA)))
 
 
 def dream_model() -> native_dream.DreamLM:
-    cfg = {
-        "hidden_size": 32,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "num_hidden_layers": 2,
-        "intermediate_size": 48,
-        "vocab_size": 64,
-        "rope_theta": 1e6,
-    }
-    return randomize(native_dream.DreamLM(native_dream.DreamConfig.from_json(cfg)))
+    return randomize(native_dream.DreamLM(native_dream.DreamConfig.from_json(TINY_DREAM)))
 
 
 ARCHS = {  # name -> (model, align, lookback) as the family adapters wire them

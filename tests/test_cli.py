@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from cli_run import SOURCE, one_line_error, run
-from ranks import rank_env, store_port
+from ports import free_port, rank_env
 
 
 def test_infill_prints_whole_file_with_only_the_span_changed(model, source):
@@ -502,7 +502,7 @@ def test_a_bench_rank_that_fails_stops_the_others_at_once(model, tmp_path):
     code.mkdir()
     for i in range(6):
         (code / f"m{i}.py").write_text("".join(f"def f{i}_{j}(a, b):\n    return a * {j} + b\n\n\n" for j in range(20)))
-    port = store_port()
+    port = free_port()
     models = [model, str(tmp_path / "missing-model")]
     ranks = [
         subprocess.Popen(

@@ -15,6 +15,8 @@ from dlmcode.bench.standins import DREAM_7B, LLADA_8B  # the published config.js
 from dlmcode.core.errors import ModelError
 from dlmcode.models import dream, native_dream, native_llada
 
+from tiny import TINY_DREAM, TINY_LLADA, randomize
+
 
 def shapes(module: torch.nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
@@ -121,39 +123,6 @@ def attention(x, wq, wk, wv, wo, bq, bk, bv, n_heads, n_kv, theta):
 def mlp(x, gate, up, down):
     g = x @ gate.T
     return (g * torch.sigmoid(g) * (x @ up.T)) @ down.T
-
-
-def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            base = 1.0 if "norm" in name else 0.0
-            p.copy_(base + torch.randn(p.shape, generator=g, dtype=p.dtype) * (0.3 if p.dim() == 1 else 0.2))
-    return model.eval()
-
-
-TINY_LLADA = {
-    **LLADA_8B,
-    "d_model": 32,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "n_layers": 2,
-    "mlp_hidden_size": 48,
-    "embedding_size": 64,
-    "vocab_size": 60,
-    "mask_token_id": 63,
-    "eos_token_id": 0,
-}
-TINY_DREAM = {
-    **DREAM_7B,
-    "hidden_size": 32,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "intermediate_size": 48,
-    "vocab_size": 64,
-    "mask_token_id": 63,
-}
 
 
 def test_llada_equals_a_plain_restatement():

@@ -161,7 +161,7 @@ def test_batch_sizes_out_of_range_are_refused():
 
 
 def test_llama_vscode_n_cmpl_completions_share_forwards():
-    from test_serve import llama_vscode_body
+    from editors import llama_vscode_body
 
     answers = {}
     for size in (1, 4):

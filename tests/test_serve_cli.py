@@ -19,6 +19,8 @@ from typer.testing import CliRunner
 
 from dlmcode.cli.commands import app
 
+from ports import free_port
+
 runner = CliRunner()
 
 
@@ -45,12 +47,6 @@ def test_a_busy_port_is_one_line():
         r = runner.invoke(app, ["serve", "--port", str(port)])
     assert r.exit_code == 1
     assert f"dlmcode: error: cannot listen on 127.0.0.1:{port}" in r.output
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -6,23 +6,20 @@ Each answer must equal what the library's own job gives for the same request (En
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import socket
 import threading
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from dlmcode.models import load
 from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
 
-from serve_tiny import tiny_dlm
+from serve_tiny import serving, tiny_dlm
 
 openai = pytest.importorskip("openai")
 
@@ -38,26 +35,6 @@ def engine() -> Engine:
 @pytest.fixture(scope="module")
 def app(engine):
     return make_app(engine, api_key="k")
-
-
-@contextlib.contextmanager
-def serving(app) -> Iterator[str]:
-    """uvicorn serving `app` on a free port of 127.0.0.1, in a thread: the base URL.
-
-    The socket listens before the server starts, so a client may connect at once (it waits in the backlog).
-    """
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,22 +9,20 @@ an Event the test sets once the first event has arrived.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from starlette.testclient import TestClient
-from test_serve import llama_vim_body, ollama_body
 
 from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
 from dlmcode.serve.stream import sse
 
-from serve_tiny import Gated, tiny_dlm
+from editors import llama_vim_body, ollama_body
+from serve_tiny import Gated, serving, tiny_dlm
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -152,18 +150,11 @@ def live():
     dlm, script = tiny_dlm(PREFIX, LINES)
     dlm.predict = gated = Gated(script, SETTLED + 1)
     app = make_app(Engine(dlm, lang="python", lines=0, batch=2))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}", app, gated
-    gated.open.set()
-    server.should_exit = True
-    thread.join(10)
+    with serving(app) as base:
+        try:
+            yield base, app, gated
+        finally:
+            gated.open.set()  # let a decode that waits on the gate end, so the server can stop
 
 
 def test_the_first_event_arrives_while_the_decode_still_runs(live):

@@ -1,10 +1,13 @@
-"""Tiny models built in the tests: a random built-in-architecture dLLM with a BPE tokenizer."""
+"""Tiny models built in the tests: a random built-in-architecture dLLM with a BPE tokenizer, and the
+LLaDA and Dream configs cut to toy size, whose weights `randomize` fills."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+
+from dlmcode.bench.standins import DREAM_7B, LLADA_8B  # the published config.json files
 
 SNIPPETS = [
     "def add(a, b):\n    return a + b\n",
@@ -32,3 +35,39 @@ def tiny_builtin(path: Path, seed: int = 0, context: int = 96) -> Path:
         model = DlmcodeDiffusionLM(config)
     save(model, tokenizer, path, dtype=torch.float32)
     return path
+
+
+# ---------------------------------------------------------------- LLaDA and Dream at toy size
+
+
+def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            base = 1.0 if "norm" in name else 0.0
+            p.copy_(base + torch.randn(p.shape, generator=g, dtype=p.dtype) * (0.3 if p.dim() == 1 else 0.2))
+    return model.eval()
+
+
+TINY_LLADA = {
+    **LLADA_8B,
+    "d_model": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "n_layers": 2,
+    "mlp_hidden_size": 48,
+    "embedding_size": 64,
+    "vocab_size": 60,
+    "mask_token_id": 63,
+    "eos_token_id": 0,
+}
+TINY_DREAM = {
+    **DREAM_7B,
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 48,
+    "vocab_size": 64,
+    "mask_token_id": 63,
+}

@@ -1,4 +1,4 @@
-"""What the tests that start bench ranks by hand (as torchrun would) share."""
+"""Ports for the tests that start servers and bench ranks as separate processes."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import socket
 from pathlib import Path
 
 
-def store_port() -> int:
-    """A free port below the kernel's ephemeral range, for MASTER_PORT.
+def free_port() -> int:
+    """A free port below the kernel's ephemeral range, for a server or MASTER_PORT that another
+    process will listen on.
 
-    Not one from bind(("", 0)): a rank that connects to an ephemeral port before rank 0 listens
-    on it can be given that same port as its own and connect to itself (TCP simultaneous open),
-    and torch's store then waits on a peer that is itself.
+    Not one from bind(("", 0)): a client that connects to an ephemeral port before the server
+    listens on it can be given that same port as its own and connect to itself (TCP simultaneous
+    open): torch's store then waits on a peer that is itself, and the server finds its port taken.
     """
     ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
     low = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
