@@ -19,6 +19,7 @@ from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 from dlmcode.serve.request import Fill
 
+from editors import llama_vim_body
 from serve_tiny import serving, tiny_dlm
 
 openai = pytest.importorskip("openai")
@@ -74,22 +75,10 @@ def test_openai_client_gets_errors_it_understands(base):
 
 
 def test_llama_vim_request_over_http(base, engine):
-    # llama.vim autoload/llama.vim: the FIM request body (see test_serve.llama_vim_body), sent by curl with the key
+    # llama.vim's FIM request body (editors.llama_vim_body) as a user's settings change it, sent with the key
     body = {
-        "id_slot": 0,
-        "input_prefix": PREFIX,
-        "input_suffix": SUFFIX,
-        "input_extra": [],
-        "prompt": "",
-        "n_predict": 128,
-        "stop": [],
+        **llama_vim_body(PREFIX, "", SUFFIX),
         "n_indent": 8,
-        "top_k": 40,
-        "top_p": 0.90,
-        "samplers": ["top_k", "top_p", "infill"],
-        "stream": False,
-        "cache_prompt": True,
-        "t_max_prompt_ms": 500,
         "t_max_predict_ms": 60000,
         "response_fields": ["content", "truncated"],
     }

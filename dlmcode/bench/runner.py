@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -487,8 +488,6 @@ class Ranks:
         rank that failed before joining (a bad flag, a missing file): every rank starts together,
         so one that has not come within minutes is not coming.
         """
-        import time
-
         import torch.distributed as dist
 
         start = time.monotonic()

@@ -148,7 +148,7 @@ def output_folder(folder: Path, flag: str = "--out") -> None:
             return
         private = Path(tempfile.mkdtemp(prefix=".dlmcode-probe.", dir=base))
         try:
-            (private / folder.relative_to(base)).mkdir(parents=True)
+            (private / folder.relative_to(base)).mkdir(parents=True, exist_ok=True)  # exist_ok: a/../b
             (private / folder.relative_to(base) / "probe").touch()
         finally:
             shutil.rmtree(private, ignore_errors=True)
