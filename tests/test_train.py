@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 import sysconfig
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 import torch
 
 from dlmcode.bench import heldout as H
-from dlmcode.core.errors import UsageError
+from dlmcode.core.errors import DlmcodeError, UsageError
 from dlmcode.models import builtin
 from dlmcode.training import data as D
 from dlmcode.training import train as T
@@ -137,11 +140,19 @@ def test_step_schedule():
     assert not T.running(replace(cfg, max_steps=50, minutes=1), {"step": 50, "elapsed": 0.0}, 60.0)
 
 
-def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path):
+@pytest.fixture(scope="module")
+def data(mini_stdlib):
+    """(stream, line_end) of the mini stdlib, for the micro config's vocabulary."""
+    texts = list(H.corpus_files(mini_stdlib).values())
+    vocab_size = micro(mini_stdlib, Path(".")).vocab_size
+    tok = builtin.train_tokenizer(texts, vocab_size)
+    line_end = D.line_end_table(tok, vocab_size)
+    return D.encode_stream(tok, texts, line_end), line_end
+
+
+def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path, data):
     cfg = micro(mini_stdlib, tmp_path, seed=3)
-    tok = builtin.train_tokenizer(list(H.corpus_files(mini_stdlib).values()), cfg.vocab_size)
-    line_end = D.line_end_table(tok, cfg.vocab_size)
-    stream = D.encode_stream(tok, list(H.corpus_files(mini_stdlib).values()), line_end)
+    stream, line_end = data
     inline = T.batches(stream, line_end, cfg, 5)
     first = [next(inline) for _ in range(3)]
     again = T.step_batch(stream, line_end, cfg, 6)
@@ -154,6 +165,47 @@ def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path):
         got = next(forked)
         assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
     forked.close()
+
+
+WORKER_BATCH = T._worker_batch  # the real one, for the stand-ins below
+
+
+def slow_batch(step: int):
+    """A batch worker that takes its time and leaves a mark when it has written its batch."""
+    time.sleep(0.3)
+    arrays = WORKER_BATCH(step)
+    (Path(os.environ["DLMCODE_TEST_MARKS"]) / str(step)).touch()
+    return arrays
+
+
+def test_closing_the_batches_lets_the_workers_finish_and_exit(mini_stdlib, tmp_path, data, monkeypatch):
+    """A worker is never killed mid-batch (one killed while it wrote its result left the result
+    queue locked, and closing hung for ever); closing waits for the batches in flight and ends
+    every worker."""
+    monkeypatch.setenv("DLMCODE_TEST_MARKS", str(tmp_path))
+    monkeypatch.setattr(T, "_worker_batch", slow_batch)
+    forked = T.batches(*data, replace(micro(mini_stdlib, tmp_path), workers=2), 5)
+    next(forked)  # step 5; steps 6-12 are queued or being built
+    time.sleep(0.1)  # the two workers are inside steps 6 and 7
+    forked.close()
+    assert multiprocessing.active_children() == []
+    started = {5, 6, 7}
+    assert started <= {int(p.name) for p in tmp_path.iterdir()}
+
+
+def dying_batch(step: int):
+    if step == 7:
+        os._exit(1)  # as the OOM killer would end it
+    return WORKER_BATCH(step)
+
+
+def test_a_batch_worker_that_dies_stops_training_with_one_line(mini_stdlib, tmp_path, data, monkeypatch):
+    monkeypatch.setattr(T, "_worker_batch", dying_batch)
+    forked = T.batches(*data, replace(micro(mini_stdlib, tmp_path), workers=2), 5)
+    with pytest.raises(DlmcodeError, match=r"a batch worker died before step \d+'s batch was built"):
+        for _ in range(12):
+            next(forked)
+    assert multiprocessing.active_children() == []
 
 
 def test_resume_is_exact(mini_stdlib, tmp_path):

@@ -30,6 +30,7 @@ losses match to the bit), and workers=N processes can build batches ahead in any
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -50,7 +51,7 @@ import typer
 
 from ..bench.heldout import corpus_files, file_list_hash, split, stdlib_root
 from ..core import settings
-from ..core.errors import UsageError
+from ..core.errors import DlmcodeError, UsageError
 from ..models.builtin import (
     BuiltinConfig,
     BuiltinTokenizer,
@@ -213,7 +214,12 @@ def _worker_batch(step: int) -> tuple[np.ndarray, ...]:
 
 def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) -> Iterator[tuple]:
     """Batches for steps first, first+1, ...; with cfg.workers, built ahead by forked
-    processes (at most 4 per worker in flight)."""
+    processes (at most 4 per worker in flight).
+
+    Closing the generator lets the batches in flight finish and the workers exit on their own:
+    a worker is never killed, because one killed while it writes a result leaves the result
+    queue's lock held for ever (multiprocessing.Pool.terminate hung that way, about once in a
+    hundred closes). A worker that dies (the OOM killer) stops training with one line."""
     if not cfg.workers:
         step = first
         while True:
@@ -221,16 +227,28 @@ def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) 
             step += 1
     import multiprocessing
     from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     global _SHARED
     _SHARED = (stream, line_end, cfg)  # fork shares the token stream copy-on-write
-    with multiprocessing.get_context("fork").Pool(cfg.workers) as pool:
-        ahead = deque(pool.apply_async(_worker_batch, (s,)) for s in range(first, first + 4 * cfg.workers))
-        step = first + len(ahead)
+    pool = ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        ahead = deque((s, pool.submit(_worker_batch, s)) for s in range(first, first + 4 * cfg.workers))
         while True:
-            yield tuple(torch.from_numpy(a) for a in ahead.popleft().get())
-            ahead.append(pool.apply_async(_worker_batch, (step,)))
-            step += 1
+            step, future = ahead.popleft()
+            try:
+                arrays = future.result()
+            except BrokenProcessPool:
+                raise DlmcodeError(
+                    f"a batch worker died before step {step}'s batch was built "
+                    f"(out of memory? try fewer than {cfg.workers} workers)"
+                ) from None
+            yield tuple(torch.from_numpy(a) for a in arrays)
+            step = ahead[-1][0] + 1
+            ahead.append((step, pool.submit(_worker_batch, step)))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ---------------------------------------------------------------- loss, schedule
@@ -446,42 +464,42 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
 
     budget = cfg.minutes * 60
     last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
-    data = batches(stream, line_end, cfg, state["step"])
-    while running(cfg, state, budget):
-        t0 = time.perf_counter()
-        lr = lr_at(cfg, state["step"], state["elapsed"])
-        for g in opt.param_groups:
-            g["lr"] = lr
-        inp, tgt, msk = (x.to(device, non_blocking=True) for x in next(data))
-        with autocast():
-            loss = loss_fn(model, inp, tgt, msk)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        state["step"] += 1
-        state["elapsed"] += time.perf_counter() - t0
-        state["tokens"] += inp.numel()
-        window_tok, window_loss, window_n = window_tok + inp.numel(), window_loss + loss.item(), window_n + 1
-        if state["step"] % cfg.log_every == 0:
-            now = time.perf_counter()
-            yield {
-                "step": state["step"],
-                "loss": window_loss / window_n,
-                "tok_s": window_tok / (now - window_t),
-                "elapsed": state["elapsed"],
-                "lr": lr,
-                "tokens": state["tokens"],
-                "budget": budget,
-                "step_limit": min((n for n in (cfg.max_steps, cfg.steps) if n), default=0),
-            }
-            window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
-        decaying = done_frac(cfg, state["step"], state["elapsed"]) > 1.0 - cfg.decay_frac
-        due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
-        if due or (decaying and not state["stable_saved"]):
-            yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying)
-            last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
-    data.close()  # stops batch workers
+    with contextlib.closing(batches(stream, line_end, cfg, state["step"])) as data:  # closed: workers end
+        while running(cfg, state, budget):
+            t0 = time.perf_counter()
+            lr = lr_at(cfg, state["step"], state["elapsed"])
+            for g in opt.param_groups:
+                g["lr"] = lr
+            inp, tgt, msk = (x.to(device, non_blocking=True) for x in next(data))
+            with autocast():
+                loss = loss_fn(model, inp, tgt, msk)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            state["step"] += 1
+            state["elapsed"] += time.perf_counter() - t0
+            state["tokens"] += inp.numel()
+            window_tok, window_loss, window_n = window_tok + inp.numel(), window_loss + loss.item(), window_n + 1
+            if state["step"] % cfg.log_every == 0:
+                now = time.perf_counter()
+                yield {
+                    "step": state["step"],
+                    "loss": window_loss / window_n,
+                    "tok_s": window_tok / (now - window_t),
+                    "elapsed": state["elapsed"],
+                    "lr": lr,
+                    "tokens": state["tokens"],
+                    "budget": budget,
+                    "step_limit": min((n for n in (cfg.max_steps, cfg.steps) if n), default=0),
+                }
+                window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
+            decaying = done_frac(cfg, state["step"], state["elapsed"]) > 1.0 - cfg.decay_frac
+            due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
+            if due or (decaying and not state["stable_saved"]):
+                yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying)
+                last_ckpt = state["elapsed"]
+                window_t, window_tok, window_loss, window_n = time.perf_counter(), 0, 0.0, 0
     yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
     yield {"event": "done", **state}
 
