@@ -47,6 +47,23 @@ async def arrive(queue: Queue, reqs: list[Fill], gone=None) -> list:
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def test_an_idle_queue_keeps_no_thread_and_the_next_request_starts_one():
+    """The scheduler thread ends once nothing runs or waits (an app dropped without its shutdown
+    left it waiting for ever: 62 of them in one test run, beside the training test that forks)."""
+    dlm, _ = tiny_dlm(PREFIX, SCRIPT)
+    queue = Queue(Engine(dlm, batch=2))
+    others = set(threading.enumerate())
+    for seeds in ([0], [1, 2, 3]):
+        answers = asyncio.run(arrive(queue, [Fill(PREFIX, SUFFIX, ceiling=16, seed=i) for i in seeds]))
+        assert [a.text for a in answers] == [SCRIPT] * len(seeds)
+        ours = [t for t in threading.enumerate() if t.name == "dlmcode-schedule" and t not in others]
+        for thread in ours:  # at most the one that answered, on its way out
+            thread.join(10)
+            assert not thread.is_alive()
+        assert queue.thread is None
+    assert queue.counters.answered == 4
+
+
 def test_waiting_requests_share_forwards_in_arrival_order_and_are_answered_once():
     dlm, predict = tiny_dlm(PREFIX, SCRIPT)
     engine = Engine(dlm, batch=4)

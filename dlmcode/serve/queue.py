@@ -1,12 +1,13 @@
 """Requests from every client, decoded in arrival order (FIFO), up to `size` at once sharing each forward.
 
-One scheduler thread admits waiting requests, oldest first, while fewer than `size` decode,
-and runs them through batch.py's machinery: each decode in its own worker thread, every
-model call of every running decode joined into one batched forward (its own canvas, cache,
-decoder and seeded generator stay its own, so tokens are those of a decode alone). A new
-request joins at the next forward, so none waits behind a later one, and a decode that ends
-leaves its place to the next at once. With `size` 1 (`--batch 1`) the engine's model is not
-routed and each decode runs alone, as before batching existed.
+One scheduler thread (started by a request, ended once nothing runs or waits) admits waiting
+requests, oldest first, while fewer than `size` decode, and runs them through batch.py's
+machinery: each decode in its own worker thread, every model call of every running decode
+joined into one batched forward (its own canvas, cache, decoder and seeded generator stay its
+own, so tokens are those of a decode alone). A new request joins at the next forward, so none
+waits behind a later one, and a decode that ends leaves its place to the next at once. With
+`size` 1 (`--batch 1`) the engine's model is not routed and each decode runs alone, as before
+batching existed.
 
 The event loop stays free (it parses, answers warm-ups and errors) while decodes run.
 A request whose client has gone is cancelled: dropped if still waiting, stopped at its next
@@ -182,11 +183,10 @@ class Queue:
                 self.cond.notify_all()
 
     def admit(self, active: dict[int, Slot], entries: dict[int, Entry], numbers: itertools.count) -> bool:
-        """Start waiting requests, oldest first, until `size` decode; block while there is nothing to do.
-        False once the queue is closed and nothing runs."""
+        """Start waiting requests, oldest first, until `size` decode. False when nothing runs (so
+        nothing waits either): the scheduler thread ends, and the next request starts another, so
+        an idle server, or an app dropped without its shutdown, keeps no thread."""
         with self.cond:
-            while not self.pending and not active and not self.closed:
-                self.cond.wait()
             while self.pending and (self.closed or len(active) < self.size):
                 entry = self.pending.popleft()
                 if entry.cancel.is_set() or self.closed:  # the client left while this request waited: skip it
@@ -195,7 +195,9 @@ class Queue:
                 i = next(numbers)
                 entries[i], active[i] = entry, self.start(entry)
             self.running = len(active)
-            return bool(active) or not self.closed
+            if not active:
+                self.thread = None
+            return bool(active)
 
     def start(self, entry: Entry) -> Slot:
         slot = Solo(self.cond, lambda: self.closed or entry.cancel.is_set(), self.alone, self.counted)
