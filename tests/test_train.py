@@ -171,7 +171,7 @@ WORKER_BATCH = T._worker_batch  # the real one, for the stand-ins below
 
 
 def slow_batch(step: int):
-    """A batch worker that takes its time and leaves a mark when it has written its batch."""
+    """A batch worker that takes its time and leaves a mark once its batch is built."""
     time.sleep(0.3)
     arrays = WORKER_BATCH(step)
     (Path(os.environ["DLMCODE_TEST_MARKS"]) / str(step)).touch()
@@ -182,15 +182,16 @@ def test_closing_the_batches_lets_the_workers_finish_and_exit(mini_stdlib, tmp_p
     """A worker is never killed mid-batch (one killed while it wrote its result left the result
     queue locked, and closing hung for ever); closing waits for the batches in flight and ends
     every worker."""
-    monkeypatch.setenv("DLMCODE_TEST_MARKS", str(tmp_path))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("DLMCODE_TEST_MARKS", str(marks))
     monkeypatch.setattr(T, "_worker_batch", slow_batch)
     forked = T.batches(*data, replace(micro(mini_stdlib, tmp_path), workers=2), 5)
     next(forked)  # step 5; steps 6-12 are queued or being built
-    time.sleep(0.1)  # the two workers are inside steps 6 and 7
+    time.sleep(0.1)  # the two workers are inside steps 6 and 7, or have them next
     forked.close()
     assert multiprocessing.active_children() == []
-    started = {5, 6, 7}
-    assert started <= {int(p.name) for p in tmp_path.iterdir()}
+    assert {5, 6, 7} <= {int(p.name) for p in marks.iterdir()}
 
 
 def dying_batch(step: int):
