@@ -368,6 +368,26 @@ def evaluate(model, stream: Stream, line_end, cfg: TrainConfig, autocast) -> flo
 # ---------------------------------------------------------------- the loop
 
 
+class LogWindow:
+    """Loss and throughput over the steps since the last log line (or checkpoint)."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.t, self.tokens, self.loss, self.steps = time.perf_counter(), 0, 0.0, 0
+
+    def add(self, tokens: int, loss: float) -> None:
+        self.tokens, self.loss, self.steps = self.tokens + tokens, self.loss + loss, self.steps + 1
+
+    def line(self, state: dict, **extra) -> dict:
+        """The log event of the window that ends now; the next one starts."""
+        seconds = time.perf_counter() - self.t
+        event = {"step": state["step"], "loss": self.loss / self.steps, "tok_s": self.tokens / seconds}
+        self.restart()
+        return {**event, "elapsed": state["elapsed"], **extra}
+
+
 def prepare(cfg: TrainConfig, out: Path):
     """Corpus, tokenizer (trained once per run folder, then reused) and token streams."""
     if cfg.data:
@@ -463,7 +483,7 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
         return autocast_for(cfg, device)
 
     budget = cfg.minutes * 60
-    last_ckpt, window_t, window_tok, window_loss, window_n = state["elapsed"], time.perf_counter(), 0, 0.0, 0
+    last_ckpt, window = state["elapsed"], LogWindow()
     with contextlib.closing(batches(stream, line_end, cfg, state["step"])) as data:  # closed: workers end
         while running(cfg, state, budget):
             t0 = time.perf_counter()
@@ -480,26 +500,16 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
             state["step"] += 1
             state["elapsed"] += time.perf_counter() - t0
             state["tokens"] += inp.numel()
-            window_tok, window_loss, window_n = window_tok + inp.numel(), window_loss + loss.item(), window_n + 1
+            window.add(inp.numel(), loss.item())
             if state["step"] % cfg.log_every == 0:
-                now = time.perf_counter()
-                yield {
-                    "step": state["step"],
-                    "loss": window_loss / window_n,
-                    "tok_s": window_tok / (now - window_t),
-                    "elapsed": state["elapsed"],
-                    "lr": lr,
-                    "tokens": state["tokens"],
-                    "budget": budget,
-                    "step_limit": min((n for n in (cfg.max_steps, cfg.steps) if n), default=0),
-                }
-                window_t, window_tok, window_loss, window_n = now, 0, 0.0, 0
+                limit = min((n for n in (cfg.max_steps, cfg.steps) if n), default=0)
+                yield window.line(state, lr=lr, tokens=state["tokens"], budget=budget, step_limit=limit)
             decaying = done_frac(cfg, state["step"], state["elapsed"]) > 1.0 - cfg.decay_frac
             due = state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60
             if due or (decaying and not state["stable_saved"]):
                 yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying)
                 last_ckpt = state["elapsed"]
-                window_t, window_tok, window_loss, window_n = time.perf_counter(), 0, 0.0, 0
+                window.restart()  # the checkpoint's time is not training throughput
     yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
     yield {"event": "done", **state}
 

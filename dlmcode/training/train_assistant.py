@@ -281,7 +281,7 @@ def train(cfg: AssistantTrainConfig) -> Iterator[dict]:
 
 def loop(cfg, dlm, model, opt, state, rng, stream, held, out: Path) -> Iterator[dict]:
     budget = cfg.minutes * 60
-    last_ckpt, t_win, tok_win, loss_win, n_win = state["elapsed"], time.perf_counter(), 0, 0.0, 0
+    last_ckpt, window = state["elapsed"], T.LogWindow()
     model.train()
     while state["elapsed"] < budget and not (cfg.max_steps and state["step"] >= cfg.max_steps):
         t0 = time.perf_counter()
@@ -298,22 +298,13 @@ def loop(cfg, dlm, model, opt, state, rng, stream, held, out: Path) -> Iterator[
         state["step"] += 1
         state["elapsed"] += time.perf_counter() - t0
         state["tokens"] += cfg.batch * cfg.seq
-        tok_win, loss_win, n_win = tok_win + cfg.batch * cfg.seq, loss_win + total.item() / n, n_win + 1
+        window.add(cfg.batch * cfg.seq, total.item() / n)
         if state["step"] % cfg.log_every == 0:
-            now = time.perf_counter()
-            yield {
-                "step": state["step"],
-                "loss": loss_win / n_win,
-                "tok_s": tok_win / (now - t_win),
-                "elapsed": state["elapsed"],
-                "budget": budget,
-                "lr": lr,
-                "step_limit": cfg.max_steps,
-            }
-            t_win, tok_win, loss_win, n_win = now, 0, 0.0, 0
+            yield window.line(state, budget=budget, lr=lr, step_limit=cfg.max_steps)
         if state["elapsed"] - last_ckpt >= cfg.ckpt_minutes * 60:
             yield checkpoint(cfg, model, opt, state, rng, held, out, dlm.device)
-            last_ckpt, t_win = state["elapsed"], time.perf_counter()
+            last_ckpt = state["elapsed"]
+            window.restart()  # the checkpoint's time is not training throughput
     yield checkpoint(cfg, model, opt, state, rng, held, out, dlm.device)
     yield {"event": "done", **state}
 
