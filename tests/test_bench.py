@@ -10,14 +10,17 @@ import os
 import re
 import subprocess
 import sys
+import time
+from datetime import timedelta
 
 import pytest
+import torch.distributed as dist
 from typer.testing import CliRunner
 
 from dlmcode.bench import metrics, report, runner, suites
 from dlmcode.bench.metrics import Sample
 from dlmcode.cli.commands import app
-from dlmcode.core.errors import InputError, UsageError
+from dlmcode.core.errors import DlmcodeError, InputError, UsageError
 
 from ports import free_port, rank_env
 from tiny import SNIPPETS
@@ -402,22 +405,17 @@ def test_a_rank_whose_peer_never_joins_stops_in_one_line(rank, monkeypatch):
     """A rank that fails before joining (a bad flag, an --out it cannot write) never comes; the
     ones that did come must stop after JOIN_TIMEOUT, not wait the gather's hours: rank 0 for
     rank 1, rank 1 for the store rank 0 never opened."""
-    import time
-    from datetime import timedelta
-
     port = free_port()
     monkeypatch.setattr(os, "environ", rank_env(rank, 2, port))
     monkeypatch.setattr(runner, "JOIN_TIMEOUT", timedelta(seconds=2))
     start = time.monotonic()
-    with pytest.raises(runner.DlmcodeError) as err:
+    with pytest.raises(DlmcodeError) as err:
         runner.Ranks.from_env().join("cpu")
     waited = time.monotonic() - start
     message = str(err.value)
     where = re.escape(f"127.0.0.1:{port}")
     assert re.fullmatch(rf"rank {rank} of 2: the other ranks did not join at {where} in \d+ s \(.+\)", message)
     assert 1.5 < waited < 60  # about JOIN_TIMEOUT (twice it for a client rank, which tries twice)
-    import torch.distributed as dist
-
     assert not dist.is_initialized()
 
 

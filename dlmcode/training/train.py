@@ -383,9 +383,9 @@ class LogWindow:
     def line(self, state: dict, **extra) -> dict:
         """The log event of the window that ends now; the next one starts."""
         seconds = time.perf_counter() - self.t
-        event = {"step": state["step"], "loss": self.loss / self.steps, "tok_s": self.tokens / seconds}
+        loss, tok_s = self.loss / self.steps, self.tokens / seconds
         self.restart()
-        return {**event, "elapsed": state["elapsed"], **extra}
+        return {"step": state["step"], "loss": loss, "tok_s": tok_s, "elapsed": state["elapsed"], **extra}
 
 
 def prepare(cfg: TrainConfig, out: Path):
