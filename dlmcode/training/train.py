@@ -234,7 +234,8 @@ def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) 
     _SHARED = (stream, line_end, cfg)  # fork shares the token stream copy-on-write
     pool = ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("fork"))
     try:
-        ahead = deque((s, pool.submit(_worker_batch, s)) for s in range(first, first + 4 * cfg.workers))
+        window = 4 * cfg.workers  # steps being built or queued: always step .. step + window - 1
+        ahead = deque((s, pool.submit(_worker_batch, s)) for s in range(first, first + window))
         while True:
             step, future = ahead.popleft()
             try:
@@ -245,8 +246,7 @@ def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) 
                     f"(out of memory? try fewer than {cfg.workers} workers)"
                 ) from None
             yield tuple(torch.from_numpy(a) for a in arrays)
-            step = ahead[-1][0] + 1
-            ahead.append((step, pool.submit(_worker_batch, step)))
+            ahead.append((step + window, pool.submit(_worker_batch, step + window)))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
