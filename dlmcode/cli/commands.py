@@ -256,12 +256,10 @@ def infill(
     """Rewrite lines A..B of a file (or its ⟦fill⟧ markers) and print the whole file."""
     from ..text import spans
 
-    with reported():
-        if in_place and file == files.STDIN:
-            raise UsageError("--in-place needs a file, not stdin")
-        source = files.read_source(file)
-        if in_place:
-            files.edit_target(file, force)  # a read-only file or folder fails now, not after the decode
+    # --in-place: read through one open file, kept to compare before writing (files.open_for_edit);
+    # a read-only file or folder, a FIFO or /dev/stdin fails now, not after the decode
+    with reported(), files.editing(file, force, in_place) as original:
+        source = original.text if original is not None else files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
         run = RunSettings(
             model=ModelChoice(model, device, dtype, family, trust_remote_code, offline),
@@ -281,8 +279,8 @@ def infill(
         result = run_with_view(job, quiet, json_out=False)
         text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
         patch = files.unified_diff(source, text, file) if diff else None
-        if in_place:
-            files.write_atomic(file, text, force)
+        if original is not None:
+            files.replace_if_unchanged(original, text)
         if json_out:
             extra = {"text": text} | ({"diff": patch} if diff else {})
             emit(json.dumps(result.to_dict() | extra, ensure_ascii=False))
