@@ -259,6 +259,33 @@ def test_no_namespace_of_its_own_and_no_capabilities():
     assert sees(program, [-1, "ENOSPC", -1, "EPERM", -1, "EPERM"]).passed
 
 
+def gone(pids: list[str], timeout: float = 30) -> bool:
+    """Whether the processes `pids` have all exited, waiting on each one's pidfd (its exit, not a clock);
+    `timeout` is a safety net only."""
+    import select
+
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(int(pid))
+        except ProcessLookupError:  # exited already
+            continue
+        try:
+            if not select.select([fd], [], [], timeout)[0]:
+                return False
+        finally:
+            os.close(fd)
+    return True
+
+
+def up(token: str, timeout: float = 30) -> list[str]:
+    """The processes whose command line holds `token`, once there are some. The jail lets nothing
+    out by design, so /proc is the only window to watch for the sample's start: this one wait polls."""
+    deadline = time.monotonic() + timeout
+    while not (found := alive(token)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
 def alive(token: str) -> list[str]:
     found = []
     for proc in Path("/proc").iterdir():
@@ -283,9 +310,7 @@ def test_orphans_die_with_the_sample():
     )
     outcome = judged(program, "def check(c):\n    assert c(1) == 1\n")
     assert outcome.passed, outcome  # the orphans were started and the program went on
-    deadline = time.time() + 5
-    while alive(token) and time.time() < deadline:
-        time.sleep(0.05)
+    assert gone(alive(token))
     assert alive(token) == []
 
 
@@ -304,15 +329,11 @@ def test_a_jail_dies_with_the_bench(tmp_path):
     script = tmp_path / "bench.py"
     script.write_text(BENCH_SCRIPT.format(token=token))
     bench = subprocess.Popen([sys.executable, str(script)])
-    deadline = time.time() + 30
-    while not alive(token) and time.time() < deadline:
-        time.sleep(0.05)
-    assert alive(token)  # the sample is up, sleeping
+    sample = up(token)
+    assert sample  # the sample is up, sleeping
     bench.kill()
     bench.wait()
-    deadline = time.time() + 5
-    while alive(token) and time.time() < deadline:
-        time.sleep(0.05)
+    assert gone(sample)
     assert alive(token) == []
     left = homes_of(bench.pid)
     assert len(left) == 1  # a kill -9 runs no clean-up: the next bench removes it (below), so the suite leaves none
@@ -393,14 +414,13 @@ def test_limits_end_hostile_samples_as_failures():
     assert judged("while True:\n    pass\n").status == "cpu-limit"
     assert judged(BOMB).status == "memory"
     sleepy = judged("import time\nwhile True:\n    time.sleep(0.1)\n", limits=dataclasses.replace(FAST, timeout=1))
-    assert sleepy.status == "timeout" and sleepy.returncode is None and sleepy.seconds < 5
+    assert sleepy.status == "timeout" and sleepy.returncode is None  # ended by the wall clock, not by CPU
     assert judged("import sys\nwhile True:\n    sys.stdout.write('x' * 10**6)\n").status == "output-limit"
-    start = time.perf_counter()
-    forks = judged(
+    forks = judged(  # a bomb that outlived its limits would hold the test until pytest's timeout
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
         limits=dataclasses.replace(FAST, timeout=1.5),
     )
-    assert not forks.passed and time.perf_counter() - start < 10
+    assert not forks.passed
 
 
 # ---------------------------------------------------------------- refusal and opt-out
@@ -567,14 +587,12 @@ def test_the_bench_goes_on_after_a_loop_and_a_memory_bomb(quiet_dlm):
     tasks = [suites.Task(name, "def f():\n    return 1\n# ", "\n", "note", test, "f") for name, test in tests.items()]
     configs = runner.configs(["low-confidence"], [], [])
     limits = sandbox.Limits(timeout=30, cpu=1, memory_mb=256)  # a wall clock a busy machine cannot reach
-    start = time.perf_counter()
     found = list(runner.samples(tasks, configs, quiet_dlm, 0, 8, limits))
     assert [(s.task, s.status, s.passed) for s in found] == [
-        ("loop", "cpu-limit", False),
+        ("loop", "cpu-limit", False),  # ended at its 1 s of CPU, not at the wall clock ("timeout")
         ("bomb", "memory", False),
         ("ok", "passed", True),
     ]
-    assert time.perf_counter() - start < limits.timeout  # the loop ended at its 1 s of CPU, not the wall clock
     assert all(s.output == "" and s.calls > 0 for s in found)
 
 

@@ -18,7 +18,7 @@ from dlmcode.serve.request import Fill
 from dlmcode.serve.steps import ClientGone
 
 from editors import LLAMA_VIM_WARMUP, LLAMA_VSCODE_WARMUP, llama_vim_body, llama_vscode_body, ollama_body
-from serve_tiny import tiny_dlm
+from serve_tiny import Gated, tiny_dlm
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -401,7 +401,8 @@ def test_a_client_that_left_is_cancelled_and_the_next_one_served():
 
 
 def test_a_waiting_request_whose_client_left_never_runs():
-    dlm, predict = tiny_dlm(PREFIX, SCRIPT, delay=0.02)
+    dlm, predict = tiny_dlm(PREFIX, SCRIPT)
+    dlm.predict = gated = Gated(predict, at=2)  # the first decode is held in its 2nd call while the second comes
     queue = Queue(Engine(dlm))
 
     async def always_gone() -> bool:
@@ -409,8 +410,12 @@ def test_a_waiting_request_whose_client_left_never_runs():
 
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
-        await asyncio.sleep(0.01)
+        assert await asyncio.to_thread(gated.held.wait, 30)
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1), always_gone))
+        await asyncio.sleep(0)  # the second is queued behind the first
+        (waiting,) = queue.pending
+        assert await asyncio.to_thread(waiting.cancel.wait, 30)  # its client was seen gone while it waited
+        gated.open.set()
         answer = await first
         with pytest.raises(ClientGone):
             await second

@@ -254,8 +254,7 @@ def test_a_failing_shared_forward_fails_its_decodes_and_the_queue_goes_on():
 
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
-        while not gated.held.is_set():
-            await asyncio.sleep(0.001)
+        assert await asyncio.to_thread(gated.held.wait, 30)
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1)))
         await asyncio.sleep(0)  # the second is queued (it joins at the first decode's next call)
         assert len(queue.pending) == 1

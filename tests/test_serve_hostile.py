@@ -13,7 +13,7 @@ from dlmcode.serve import warning
 from dlmcode.serve.app import make_app
 from dlmcode.serve.engine import Engine
 
-from serve_tiny import MASK, CharTokenizer, tiny_dlm
+from serve_tiny import MASK, CharTokenizer, Gated, tiny_dlm
 
 PREFIX, SUFFIX, SCRIPT = "x = ", "\n", "41 + 1"
 
@@ -245,22 +245,29 @@ def test_trim_keeps_the_lines_nearest_the_cursor():
 
 
 def test_stopping_the_queue_cancels_the_decode_in_flight():
-    """What Ctrl-C and SIGTERM call: a decode of many slow calls ends after its current step."""
+    """What Ctrl-C and SIGTERM call: a decode of many calls ends after its current step. The decode
+    is held inside its 3rd call until the stop has been asked for."""
     import asyncio
-    import time as clock
 
     from dlmcode.serve.queue import Queue
     from dlmcode.serve.request import Fill
     from dlmcode.serve.steps import ClientGone
 
-    dlm, _ = tiny_dlm(PREFIX, SCRIPT * 8, delay=0.2)
+    dlm, script = tiny_dlm(PREFIX, SCRIPT * 8)
+    gated = Gated(script, at=3)
+    dlm.predict = gated
     queue = Queue(Engine(dlm, options={"block": "1"}, lines=0))
 
+    async def stop_when_held():
+        assert await asyncio.to_thread(gated.held.wait, 30)
+        queue.stop()
+        gated.open.set()
+
     async def ask():
-        asyncio.get_running_loop().call_later(0.3, queue.stop)
-        start = clock.monotonic()
+        stopper = asyncio.create_task(stop_when_held())
         with pytest.raises(ClientGone):
             await queue.answer(Fill(prefix=PREFIX, suffix=SUFFIX, ceiling=40))
-        return clock.monotonic() - start
+        await stopper
 
-    assert asyncio.run(ask()) < 1.5  # 40 calls of 0.2 s uncancelled
+    asyncio.run(ask())
+    assert script.calls == 3  # the held call was its last: 40 calls uncancelled

@@ -212,6 +212,12 @@ def _worker_batch(step: int) -> tuple[np.ndarray, ...]:
     )  # plain arrays: no tensor sharing through file descriptors
 
 
+def worker_died(step: int, workers: int) -> DlmcodeError:
+    return DlmcodeError(
+        f"a batch worker died before step {step}'s batch was built (out of memory? try fewer than {workers} workers)"
+    )
+
+
 def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) -> Iterator[tuple]:
     """Batches for steps first, first+1, ...; with cfg.workers, built ahead by forked
     processes (at most 4 per worker in flight).
@@ -241,12 +247,12 @@ def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) 
             try:
                 arrays = future.result()
             except BrokenProcessPool:
-                raise DlmcodeError(
-                    f"a batch worker died before step {step}'s batch was built "
-                    f"(out of memory? try fewer than {cfg.workers} workers)"
-                ) from None
+                raise worker_died(step, cfg.workers) from None
             yield tuple(torch.from_numpy(a) for a in arrays)
-            ahead.append((step + window, pool.submit(_worker_batch, step + window)))
+            try:
+                ahead.append((step + window, pool.submit(_worker_batch, step + window)))
+            except BrokenProcessPool:  # a worker died since: the pool takes no more work
+                raise worker_died(step + 1, cfg.workers) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
