@@ -26,7 +26,7 @@ from ..core.run import AUTO, RunSettings
 from ..models import cache as kvcache
 from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
-from ..text import guard, oracle, spans, syntax
+from ..text import guard, judge, oracle, spans, syntax
 from . import sizing
 from .processors import Ban, Penalty, Processor, names, processed
 
@@ -126,12 +126,16 @@ class Job:
         if why is not None:
             self.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
+        began = time.perf_counter()  # the first search is the guard's time too (Stats.first)
         fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
+        counted = guard.Counted(self.judge)
         found = guard.first_witness(
-            self.plan.canvas.tokens, self.plan.positions, self.around(), fit, self.judge, budget=guard.FIRST
+            self.plan.canvas.tokens, self.plan.positions, self.around(), fit, counted, budget=guard.FIRST
         )  # None: from a draft; bounded, as every search of the guard
+        first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began)
         return dataclasses.replace(
-            decoder, completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit)
+            decoder,
+            completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit, first=first),
         )
 
     def unguardable(self) -> str | None:
@@ -142,26 +146,13 @@ class Job:
         return None
 
     def judge(self, tokens: torch.Tensor) -> int:
-        """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule itself.
-
-        When the user's code has no tree-sitter problem, every tree-sitter problem of the output is
-        new, so tree-sitter alone answers a broken text (exactly: the rule's count takes the larger
-        checker's); Python's compile() runs only on texts tree-sitter passes."""
-        canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
-        filled = spans.splice(
-            self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
-        )
-        if self.lang is not None and self.clean_before:
-            quick = syntax.tree_errors(filled.text, self.lang)
-            if quick:
-                return quick
-        found = self.breakage(filled, filled.text)
-        return found.new_errors if found is not None else 0
+        """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule, judged on the
+        smallest window of the file that decides it (text/judge.py)."""
+        return self.judged(tokens)
 
     @functools.cached_property
-    def clean_before(self) -> bool:
-        """Whether the user's code has no tree-sitter problem (then `judge` may answer from tree-sitter alone)."""
-        return self.finish is None and syntax.tree_errors(self.before, self.lang) == 0
+    def judged(self) -> judge.Judge:
+        return judge.Judge(self.plan, self.dlm.tokenizer, self.lang, self.reference, self.dlm.special_ids, self.trim_at)
 
     def blank(self) -> int | None:
         """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last),
@@ -202,7 +193,7 @@ class Job:
         start = time.perf_counter()
         taken: list[int] = []  # tokens each Step reopened
         final = follow(counting(self.steps(), taken))
-        seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0)
+        seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0) + self.first_search()
         canvas = final.canvas if final else self.plan.canvas
         filled = spans.splice(
             self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
@@ -226,6 +217,11 @@ class Job:
             fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
             sized=self.sized.lengths if self.sized else (),
         )
+
+    def first_search(self) -> float:
+        """The seconds the guard's first witness search took, when the decode just run was the one that paid them."""
+        completer = getattr(self.decoder, "completer", None)
+        return completer.last.first if completer is not None and completer.last is not None else 0.0
 
     def guard_stats(self) -> dict[str, float] | None:
         """The guard's counters for the decode just run; None when it ran unguarded (and a note says why)."""

@@ -8,8 +8,9 @@ them form a regular language that must still meet the grammar).
 
 We decide it with a witness. A guarded decode carries one filling of every hole (a canvas
 with no holes) that the judge passes, the judge being the very function that scores breakage
-(`Job.judge`: splice the canvas, `syntax.breakage` against the user's code: tree-sitter for
-every language, plus CPython's compiler for Python). A proposal is admitted when some witness
+(`Job.judge`, text/judge.py: `syntax.breakage`'s rule against the user's code, on the smallest
+window of the file that decides it: tree-sitter for every language, plus CPython's compiler
+for Python). A proposal is admitted when some witness
 agrees with everything committed so far plus the proposal. The search tries, each for one
 parse: the current witness with the proposal in it, the model's own draft (this call's most
 likely token at every hole) with everything committed in it, a bounded sweep of fillers over
@@ -68,8 +69,9 @@ CACHE = 8192  # judged canvases remembered per decode
 class Stats:
     """What a guard did in one decode (summed over calls)."""
 
-    checks: int = 0  # judge calls (parses)
-    seconds: float = 0.0  # time in the judge
+    checks: int = 0  # judge calls (parses), the first witness search's included
+    seconds: float = 0.0  # every second the guard spent: the first witness search, then admitting each call's commits
+    first: float = 0.0  # of `seconds`, the first witness search's (before the first call; counted by the decode)
     rejected: int = 0  # proposals with no witness (replaced or left for later)
     replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
     fallback: int = 0  # calls where nothing was admitted and the witness's token was committed
@@ -80,6 +82,7 @@ class Stats:
         return {
             "guard_checks": self.checks,
             "guard_seconds": round(self.seconds, 6),
+            "guard_first_seconds": round(self.first, 6),
             "guard_rejected": self.rejected,
             "guard_replaced": self.replaced,
             "guard_fallback": self.fallback,
@@ -101,6 +104,7 @@ class Guard:
     fit: Fit | None = None
     candidates: int = CANDIDATES
     checks_per_call: int = CHECKS_PER_CALL
+    first: Stats | None = None  # what the first witness search cost (the job's): the next decode counts it
     last: Stats | None = field(default=None, repr=False)  # the last decode's stats
 
     def begin(self, canvas: Tensor) -> Session:
@@ -109,7 +113,9 @@ class Guard:
             assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), (
                 "canvas and witness disagree"
             )
-        self.last = Stats()
+        self.last, paid = Stats(), self.first or Stats()
+        self.last.checks, self.last.seconds, self.last.first = paid.checks, paid.seconds, paid.seconds
+        self.first = None  # one search, counted once
         return Session(self, None if self.witness is None else self.witness.clone(), self.last)
 
 
@@ -127,7 +133,18 @@ class Session:
         """The commits (positions, ids, scores) to make of a decoder's proposals, most confident first.
 
         Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
+        All its time is the guard's (Stats.seconds), the search's as well as the judge's.
         """
+        start = time.perf_counter()
+        try:
+            return self.search(tokens, logits, pos, ids, scores)
+        finally:
+            self.stats.seconds += time.perf_counter() - start
+
+    def search(
+        self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """`admit`'s work."""
         device = tokens.device
         if pos.numel() == 0:
             return pos, ids, scores
@@ -185,12 +202,9 @@ class Session:
         return self.witness is not None
 
     def count(self, canvas: Tensor) -> int:
-        """The judge's verdict, counted and timed as the guard's work."""
-        start = time.perf_counter()
-        found = self.guard.judge(canvas)
-        self.stats.seconds += time.perf_counter() - start
+        """The judge's verdict, counted as the guard's work (its time is in `admit`'s)."""
         self.stats.checks += 1
-        return found
+        return self.guard.judge(canvas)
 
     def first_passing(
         self,
@@ -303,6 +317,17 @@ class Session:
             if len(self.memo) < CACHE:
                 self.memo[key] = found
         return found
+
+
+class Counted:
+    """A judge that counts its calls (the first witness search's, which no session sees)."""
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge, self.checks = judge, 0
+
+    def __call__(self, canvas: Tensor) -> int:
+        self.checks += 1
+        return self.judge(canvas)
 
 
 def free_runs(free: Tensor) -> list[Tensor]:

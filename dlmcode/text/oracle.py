@@ -2,7 +2,7 @@
 
 Owns turning a canvas (token ids) into the text the job will splice, with each token's exact
 byte range in it; parsing that text with tree-sitter, incrementally from the previous draft
-(`tree.edit` then `parser.parse(new, old_tree)`), plus the language's extra checkers (Python's
+(`syntax.Reparser`: `tree.edit` then `parser.parse(new, old_tree)`), plus the language's extra checkers (Python's
 compile()); and deciding which problems are the draft's (new) and which the user's code
 already had (old), by the rule of `syntax.breakage`: problems are paired per checker by line
 with the problems of the user's code, lines above the holes as they are and lines below them
@@ -70,7 +70,7 @@ class SyntaxOracle:
         incremental: int = INCREMENTAL_FROM,
     ) -> None:
         self.plan, self.tokenizer, self.lang = plan, tokenizer, syntax.language_for(lang=lang)
-        self.drop_ids, self.trim_at, self.incremental = drop_ids, trim_at, incremental
+        self.drop_ids, self.trim_at = drop_ids, trim_at
         self.parser = syntax.parser(self.lang)
         self.checks = [syntax.CHECKS[name] for name in syntax.LANGUAGES[self.lang].checks]
         self.base = pools(self.find(base_text(before).encode("utf-8", syntax.ENCODE_ERRORS), self.parser.parse))
@@ -78,7 +78,7 @@ class SyntaxOracle:
         self.pieces: dict[int, bytes] = {}  # id -> its bytes when decoded alone (checked per hole)
         self.context = [plan.text[a:b].encode("utf-8", syntax.ENCODE_ERRORS) for a, b in gaps(plan)]
         self.span = plan.canvas.holes.clone()  # (L,) the positions a decoder may write
-        self.tree, self.last = None, b""  # previous parse and its text
+        self.reparser = syntax.Reparser(self.lang, incremental)  # each draft parsed from the last one's tree
 
     # ------------------------------------------------------------ text
 
@@ -123,16 +123,7 @@ class SyntaxOracle:
 
     def parse(self, layout: Layout) -> Any:
         """The tree of `layout.data`, re-parsed from the previous draft's tree from `incremental` bytes up."""
-        if self.tree is None or len(layout.data) < self.incremental:
-            tree = self.parser.parse(layout.data)
-        else:
-            tree = self.tree
-            edit = byte_edit(self.last, layout.data)
-            if edit is not None:
-                tree.edit(**edit)
-                tree = self.parser.parse(layout.data, tree)
-        self.tree, self.last = tree, layout.data
-        return tree
+        return self.reparser.parse(layout.data)
 
     def problems(self, tokens: Tensor) -> tuple[Layout, list[syntax.Problem]]:
         """The draft's layout and every problem of its text (tree-sitter's, then the extra checkers')."""
@@ -267,44 +258,6 @@ def prefix_sizes(tokenizer: Any, ids: list[int], text: bytes) -> list[int]:
         sizes.append(end - at)
         at = end
     return sizes
-
-
-def byte_edit(old: bytes, new: bytes) -> dict | None:
-    """The one edit (tree.edit arguments) that turns `old` into `new`: their common
-    head and tail kept; None if equal."""
-    if old == new:
-        return None
-    head = common_bytes(old, new, min(len(old), len(new)), lambda n: (old[:n], new[:n]))
-    room = min(len(old), len(new)) - head  # the tail may not reuse head bytes
-    tail = common_bytes(old, new, room, lambda n: (old[len(old) - n :], new[len(new) - n :]))
-    start, old_end, new_end = head, len(old) - tail, len(new) - tail
-    return {
-        "start_byte": start,
-        "old_end_byte": old_end,
-        "new_end_byte": new_end,
-        "start_point": point(new, start),
-        "old_end_point": point(old, old_end),
-        "new_end_point": point(new, new_end),
-    }
-
-
-def common_bytes(old: bytes, new: bytes, limit: int, cut: Any) -> int:
-    """The largest n <= limit with cut(n) two equal slices, by bisection (slice compares run in C)."""
-    low, high = 0, limit
-    while low < high:
-        mid = (low + high + 1) // 2
-        a, b = cut(mid)
-        if a == b:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-def point(data: bytes, offset: int) -> tuple[int, int]:
-    """(row, column in bytes) of a byte offset, as tree-sitter counts them."""
-    row = data.count(b"\n", 0, offset)
-    return row, offset - (data.rfind(b"\n", 0, offset) + 1)
 
 
 def problem(kind: str, node: Any, data: bytes) -> syntax.Problem:

@@ -223,20 +223,33 @@ def _coarse(problem: Problem, places: Sequence[int]) -> bool:
 @functools.lru_cache(maxsize=CHECK_CACHE_SIZE)
 def _check(text: str, name: str) -> Report:
     data = text.encode("utf-8", ENCODE_ERRORS)
-    entry = _languages()[name]
-    # A file-top ERROR is located by what it nests only where no precise checker locates the
-    # mistake: tree-sitter-python's nested nodes there are mostly recovery artifacts.
-    found = _tree_problems(data, name, locate_top=not entry.checks)
-    for check_name in entry.checks:
-        found.extend(CHECKS[check_name](text, data))
-    return Report(name, tuple(sorted(found, key=lambda p: (p.start_byte, p.end_byte))))
+    found = tree_problems(parser(name).parse(data), data, name)
+    return Report(name, in_order(found + extra_problems(text, data, name)))
+
+
+def extra_problems(text: str, data: bytes, name: str) -> list[Problem]:
+    """The problems the language's extra checkers (Python's compile()) find in `text` (its bytes `data`)."""
+    return [p for check_name in _languages()[name].checks for p in CHECKS[check_name](text, data)]
+
+
+def in_order(problems: Sequence[Problem]) -> tuple[Problem, ...]:
+    """Problems in document order, as a Report holds them."""
+    return tuple(sorted(problems, key=lambda p: (p.start_byte, p.end_byte)))
 
 
 def tree_errors(text: str, lang: str) -> int:
     """How many problems tree-sitter alone finds in `text` (as `check` counts its pool), without
     the extra checkers: a cheap first look for callers that only need to know a text is broken."""
     name = language_for(lang=lang)
-    return len(_tree_problems(text.encode("utf-8", ENCODE_ERRORS), name, locate_top=not _languages()[name].checks))
+    data = text.encode("utf-8", ENCODE_ERRORS)
+    return len(tree_problems(parser(name).parse(data), data, name))
+
+
+def outside_holes(before: str, holes: Sequence[tuple[int, int]], problems: Sequence[Problem]) -> list[Problem]:
+    """The problems of `before` that the breakage rule counts as the user's (outside every hole's reach;
+    `holes` as [start, end) chars of `before`)."""
+    regions = [Region(h, h) for h in holes]
+    return _Layout.of(before, before, regions, grow=True).user(list(problems))
 
 
 def _pools(problems: tuple[Problem, ...] | list[Problem]) -> dict[str, list[Problem]]:
@@ -265,9 +278,73 @@ def parser(name: str):  # -> tree_sitter.Parser; imported here so module import 
         raise DlmcodeError(f"the {name} grammar does not load ({e}): reinstall {entry.package}") from None
 
 
-def _tree_problems(data: bytes, name: str, locate_top: bool = False) -> list[Problem]:
-    tree = parser(name).parse(data)
-    found = list(issues(tree, locate_top))
+class Reparser:
+    """Parses the texts of one evolving document, each from the last one's tree (`tree.edit`, then
+    `parse(new, old_tree)`): tree-sitter re-reads only what the one changed run of bytes touches.
+    The syntax oracle and the guard's judge each keep one per text they follow."""
+
+    def __init__(self, name: str, incremental: int = 0) -> None:
+        self.parser = parser(name)
+        self.incremental = incremental  # bytes from which a text is re-parsed from the last tree (below: afresh)
+        self.tree, self.last = None, b""
+
+    def parse(self, data: bytes):  # -> tree_sitter.Tree
+        """The tree of `data`."""
+        if self.tree is None or len(data) < self.incremental:
+            tree = self.parser.parse(data)
+        else:
+            tree, edit = self.tree, byte_edit(self.last, data)
+            if edit is not None:
+                tree.edit(**edit)
+                tree = self.parser.parse(data, tree)
+        self.tree, self.last = tree, data
+        return tree
+
+
+def byte_edit(old: bytes, new: bytes) -> dict | None:
+    """The one edit (tree.edit arguments) that turns `old` into `new`: their common
+    head and tail kept; None if equal."""
+    if old == new:
+        return None
+    head = _common_bytes(min(len(old), len(new)), lambda n: (old[:n], new[:n]))
+    room = min(len(old), len(new)) - head  # the tail may not reuse head bytes
+    tail = _common_bytes(room, lambda n: (old[len(old) - n :], new[len(new) - n :]))
+    start, old_end, new_end = head, len(old) - tail, len(new) - tail
+    return {
+        "start_byte": start,
+        "old_end_byte": old_end,
+        "new_end_byte": new_end,
+        "start_point": _point(new, start),
+        "old_end_point": _point(old, old_end),
+        "new_end_point": _point(new, new_end),
+    }
+
+
+def _common_bytes(limit: int, cut: Callable[[int], tuple[bytes, bytes]]) -> int:
+    """The largest n <= limit with cut(n) two equal slices, by bisection (slice compares run in C)."""
+    low, high = 0, limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        a, b = cut(mid)
+        if a == b:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _point(data: bytes, offset: int) -> tuple[int, int]:
+    """(row, column in bytes) of a byte offset, as tree-sitter counts them."""
+    row = data.count(b"\n", 0, offset)
+    return row, offset - (data.rfind(b"\n", 0, offset) + 1)
+
+
+def tree_problems(tree, data: bytes, name: str) -> list[Problem]:
+    """The problems of a tree-sitter tree of `data` in language `name`, as `check` finds them.
+
+    A file-top ERROR is located by what it nests only where no precise checker locates the
+    mistake: tree-sitter-python's nested nodes there are mostly recovery artifacts."""
+    found = list(issues(tree, locate_top=not _languages()[name].checks))
     starts = _line_starts(data) if found else []
     return [_node_problem(kind, node, data, starts) for kind, node in found]
 
@@ -519,9 +596,24 @@ def breakage(
     if span is not None and not 1 <= span[0] <= span[1]:
         raise ValueError(f"span must be (first_line, last_line) with 1 <= first <= last, got {span}")
     name = language_for(lang=lang)
+    return judged(before, after, _check(before, name).problems, _check(after, name).problems, span, holes=holes)
+
+
+def judged(
+    before: str,
+    after: str,
+    old: Sequence[Problem],
+    new: Sequence[Problem],
+    span: tuple[int, int] | None = None,
+    *,
+    holes: Sequence[Region] | None = None,
+) -> Breakage:
+    """`breakage` from the problems already found in `before` (`old`) and in `after` (`new`), each in
+    document order as `check` finds them (raw): the rule without the parsing, for callers that parse their own way
+    (the guard's judge: incrementally, on a window)."""
     given = holes is not None
     layout = _Layout.of(before, after, list(holes) if given else _changed(before, after), grow=given)
-    old, new = _pools(_check(before, name).problems), _pools(_check(after, name).problems)
+    old, new = _pools(tuple(old)), _pools(tuple(new))
     found = [NEW_IN_POOL[pool](old.get(pool, []), problems, layout) for pool, problems in new.items()]
     culprits = [p for _, candidates in found for p in candidates]
     if not culprits:

@@ -1,0 +1,294 @@
+"""The guard's judge: how many new syntax errors the splice of a canvas has, at a cost a GPU can spare.
+
+Owns turning a canvas (no holes) into the text to judge, choosing that text (a window of the
+file), and checking it: one tree-sitter parse per check, incremental from the last check's tree
+(`syntax.Reparser`), then Python's compile() only for a text tree-sitter passes, and
+`syntax.judged`, the breakage rule itself, on the window's problems against the user's window's.
+
+The window (Python): the outermost function around the holes when only classes enclose it
+(each enclosing class stands as a `class _:` line above it), else the top-level statement
+around them (`python_window`); the file's `__future__` imports go above it, and the statement
+after it stands as `pass` at that statement's indentation below it, so that the window ends
+as it does in the file. Why it answers as the whole file does: the window is a run of whole
+statements of the user's code that parses alone (a window whose user's code has an error
+outside the holes is not taken: the next one out is, up to the whole file), and the code
+above and below it is the user's, unchanged; what a statement can see of the others
+(`__future__` imports, a module-level `global`) makes the fill be judged on the whole file.
+Other languages are judged on the whole file (one incremental parse a check).
+
+Why the user's own errors do not blind it: compile() stops at the first error of a file, so
+a typo above the holes used to hide every error of the fill from it; the window leaves the
+user's errors outside it out, and judges the fill against the code as it is once they are
+fixed. A fill that opens a string or a bracket that the window does not close is broken in the
+window; in the file, the user's statements below would be read as its inside.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from . import spans, syntax
+
+INCREMENTAL_FROM = 1024  # bytes: below, a fresh parse is faster than an incremental one (oracle.INCREMENTAL_FROM)
+PY_LITERALS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*", re.S)
+FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*", re.M)
+MODULE_GLOBAL = re.compile(r"(?:^|\n)global\b")
+CONTINUATIONS = ("else", "elif", "except", "finally")  # a line that goes on the statement above it, at its level
+WRAP = "class _:\n"  # what stands for an enclosing class above a window
+ANY = 1 << 30  # deeper than any line
+
+
+@dataclass
+class Window:
+    """A run of the file judged alone: the plan's text [start, stop), every hole inside it, between `head` and
+    `tail`; and the user's code of it, judged once."""
+
+    start: int
+    stop: int
+    head: str = ""  # the file's __future__ imports and a `class _:` per enclosing class
+    tail: str = ""  # `pass` where the statement after the window stands ("" at the end of the file)
+    level: int = 0  # the depth of its statements' indentation (0: top-level statements)
+    before: str = ""  # the user's code of the window, head and tail included
+    holes: tuple[tuple[int, int], ...] = ()  # each hole's [start, end) chars in `before`
+    problems: tuple[syntax.Problem, ...] = ()  # the problems of `before` (raw, in document order)
+    reparser: Any = None  # syntax.Reparser of the texts judged in this window
+
+    @property
+    def clean_tree(self) -> bool:
+        return not any(syntax.POOL_OF_KIND[p.kind] == syntax.TREE_SITTER for p in self.problems)
+
+
+class Judge:
+    """New syntax errors of a canvas's splice (0: it passes), by the breakage rule, judged on a window (module
+    docstring). Built for one plan; the window is found at the first check."""
+
+    def __init__(
+        self,
+        plan: spans.Plan,
+        tokenizer: Any,
+        lang: str,
+        reference: tuple[str, list[tuple[int, int]]],
+        drop_ids: frozenset[int] = frozenset(),
+        trim_at: int | None = None,
+        windowed: bool = True,
+    ) -> None:
+        self.plan, self.tokenizer, self.name = plan, tokenizer, syntax.language_for(lang=lang)
+        self.reference, self.drop_ids, self.trim_at = reference, drop_ids, trim_at
+        self.windowed = windowed  # False: always the whole file (the property tests' yardstick)
+        self._small: Window | None | bool = False  # False: not looked for yet; None: none holds
+        self._whole: Window | None = None
+
+    def __call__(self, tokens: Tensor) -> int:
+        ids = tokens.tolist()
+        fills = [
+            spans.decode_fill(ids[r.start : r.stop], self.tokenizer, self.drop_ids, self.trim_at)
+            for r in self.plan.positions
+        ]
+        return self.errors(fills)
+
+    def errors(self, fills: Sequence[str]) -> int:
+        """New errors of the text with `fills` in the holes."""
+        small = self.small()
+        window = self.whole() if small is None or needs_whole(fills, small) else small
+        return self.judge(window, fills)
+
+    def judge(self, window: Window, fills: Sequence[str]) -> int:
+        text, holes = self.text(window, fills)
+        data = text.encode("utf-8", syntax.ENCODE_ERRORS)
+        found = syntax.tree_problems(window.reparser.parse(data), data, self.name)
+        if found and window.clean_tree:  # every tree-sitter problem is new, and its count is the larger: exact
+            return len(found)
+        found += syntax.extra_problems(text, data, self.name)
+        regions = [syntax.Region(b, a) for b, a in zip(window.holes, holes, strict=True)]
+        return syntax.judged(window.before, text, window.problems, syntax.in_order(found), holes=regions).new_errors
+
+    # ------------------------------------------------------------ windows
+
+    def small(self) -> Window | None:
+        """The smallest window whose user's code parses outside the holes (Python), or None (the whole file)."""
+        if self._small is False:
+            self._small = None
+            if self.windowed and self.name == "python":
+                text, holes = self.reference
+                for found in python_windows(text, holes):
+                    window = self.made(*found)
+                    if not syntax.outside_holes(window.before, window.holes, window.problems):
+                        self._small = window
+                        break
+        return self._small  # type: ignore[return-value]
+
+    def whole(self) -> Window:
+        if self._whole is None:
+            self._whole = self.made(0, len(self.reference[0]), "", "", 0)
+        return self._whole
+
+    def made(self, start: int, stop: int, head: str, tail: str, level: int) -> Window:
+        """The window of the user's code [start, stop) (in the reference), in the plan's text, judged once."""
+        shift = len(self.plan.text) - len(self.reference[0])  # the text after the last hole is the same in both
+        window = Window(start, stop + shift, head, tail, level)
+        text, holes = self.reference
+        window.before, window.holes = self.text(window, [text[a:b] for a, b in holes])
+        window.problems = syntax.check(window.before, self.name, raw=True).problems
+        window.reparser = syntax.Reparser(self.name, INCREMENTAL_FROM)
+        return window
+
+    def text(self, window: Window, fills: Sequence[str]) -> tuple[str, tuple[tuple[int, int], ...]]:
+        """The window's text with `fills` in the holes, and each fill's [start, end) chars in it."""
+        source, at = self.plan.text, window.start
+        parts, holes, size = [window.head], [], len(window.head)
+        for hole, fill in zip(self.plan.holes, fills, strict=True):
+            parts += [source[at : hole.start_char], fill]
+            size += hole.start_char - at
+            holes.append((size, size + len(fill)))
+            size += len(fill)
+            at = hole.end_char
+        parts += [source[at : window.stop], window.tail]
+        return "".join(parts), tuple(holes)
+
+
+def needs_whole(fills: Sequence[str], window: Window) -> bool:
+    """Whether a fill writes what a window cannot judge alone: a `__future__` import (legal only at the file's
+    top), or a module-level `global` (the symbol table reads the module's other statements)."""
+    return any("__future__" in f or (window.level == 0 and MODULE_GLOBAL.search(f)) for f in fills)
+
+
+# ---------------------------------------------------------------- Python's windows
+
+
+class Lines:
+    """The lines of the user's code, read for statement boundaries (not inside a string, not a continuation)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.lines = text, text.split("\n")
+        self.starts = [0, *itertools.accumulate(len(line) + 1 for line in self.lines)]
+        strings = [m.span() for m in PY_LITERALS.finditer(text) if "\n" in m.group()]
+        self.string_starts, self.string_ends = [a for a, _ in strings], [b for _, b in strings]
+
+    def line_of(self, offset: int) -> int:
+        return bisect.bisect_right(self.starts, offset) - 1
+
+    def indent(self, i: int) -> int:
+        line = self.lines[i]
+        return len(line) - len(line.lstrip(" \t"))
+
+    def lead(self, i: int) -> str:
+        return self.lines[i][: self.indent(i)]
+
+    def word(self, i: int) -> str:
+        return re.split(r"[^\w]", self.lines[i].lstrip(" \t"), maxsplit=1)[0]
+
+    def reach(self, start: int, end: int) -> tuple[int, int]:
+        """The first and last line of a hole's reach, as the breakage rule draws it: its lines, and for an empty
+        hole the nearest non-blank line above and below (parsers report an empty hole there). The last is the line
+        its text runs on into: a fill may join it."""
+        first, last = self.line_of(start), self.line_of(end)
+        if start == end:
+            first = next((i for i in range(first - 1, -1, -1) if self.lines[i].strip()), first)
+            last = next((i for i in range(last + 1, len(self.lines)) if self.lines[i].strip()), last)
+        return first, last
+
+    def in_string(self, i: int) -> bool:
+        at = self.starts[i]
+        k = bisect.bisect_left(self.string_starts, at) - 1
+        return k >= 0 and self.string_ends[k] > at
+
+    def statement(self, i: int) -> bool:
+        """Whether line i starts a statement: code, not a comment or a closing bracket, not inside a string,
+        not after a line that ends in a backslash."""
+        body = self.lines[i].strip()
+        if not body or body[0] in "#)]}" or self.in_string(i):
+            return False
+        return i == 0 or not self.lines[i - 1].rstrip().endswith("\\")
+
+
+def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[int, int, str, str, int]]:
+    """Candidate windows (start, stop, head, tail, level) around `holes` in the user's code, smallest first."""
+    lines = Lines(text)
+    reaches = [lines.reach(a, b) for a, b in holes]
+    first, last = min(r[0] for r in reaches), max(r[1] for r in reaches)
+    inner = [lines.indent(i) for i in range(first, last + 1) if lines.statement(i)]
+    level = min(inner, default=ANY)  # holes in a string or blank lines: the statement above is the innermost block
+    outer = enclosing(lines, first, level)[::-1]  # the blocks around the holes, outermost first
+    levels = []
+    for k, head in enumerate(outer):  # the outermost function, inside classes only
+        if lines.word(head) in ("def", "async"):
+            levels.append((lines.indent(head), outer[:k]))
+            break
+        if lines.word(head) != "class":
+            break
+    if all(lines.word(h) == "class" for h in outer):  # the statements at the holes' own level, in a class
+        levels.append((level, outer))
+    levels.append((0, []))
+    out = []
+    for depth, classes in dict.fromkeys((d, tuple(c)) for d, c in levels):
+        found = window_at(lines, first, last, depth, classes)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def enclosing(lines: Lines, first: int, level: int) -> list[int]:
+    """The lines that head the blocks around line `first` (whose statements are at `level`), innermost first."""
+    out = []
+    for i in range(first - 1, -1, -1):
+        if level == 0:
+            break
+        if lines.indent(i) < level and lines.statement(i):
+            out.append(i)
+            level = lines.indent(i)
+    return out
+
+
+def window_at(
+    lines: Lines, first: int, last: int, depth: int, classes: Sequence[int]
+) -> tuple[int, int, str, str, int] | None:
+    """The whole statements at indentation `depth` that lines first..last lie in, or None."""
+    top = next((i for i in range(first, -1, -1) if lines.statement(i) and lines.indent(i) <= depth), None)
+    while top is not None and lines.word(top) in CONTINUATIONS:  # `else:` goes on the statement above it
+        top = next((i for i in range(top - 1, -1, -1) if lines.statement(i) and lines.indent(i) <= depth), None)
+    if top is None or lines.indent(top) != depth:
+        return None
+    futures = [m.start() for m in FUTURE.finditer(lines.text)]
+    if futures and lines.starts[top] <= futures[-1]:  # the file's head, where __future__ imports must come first
+        top, last = 0, max(last, lines.line_of(futures[-1]))
+    while True:  # its decorators
+        above = next((i for i in range(top - 1, -1, -1) if lines.statement(i)), None)
+        if above is None or lines.indent(above) != depth or not lines.lines[above].lstrip().startswith("@"):
+            break
+        top = above
+    below = next(
+        (
+            i
+            for i in range(last + 1, len(lines.lines))
+            if lines.statement(i)
+            and lines.indent(i) <= depth
+            and not (lines.indent(i) == depth and lines.word(i) in CONTINUATIONS)
+        ),
+        None,
+    )
+    start = lines.starts[top]
+    stop = lines.starts[below] if below is not None else len(lines.text)
+    tail = lines.lead(below) + "pass\n" if below is not None else ""
+    head = future_head(lines.text, start)
+    if head is None:
+        return None
+    head += "".join(lines.lead(h) + WRAP for h in classes)
+    if classes and any(lines.statement(i) for i in range(classes[-1] + 1, top)):
+        head += lines.lead(top) + "pass\n"  # the statements of the class above the window: it has a body without it
+    return start, stop, head, tail, depth
+
+
+def future_head(text: str, start: int) -> str | None:
+    """The file's `__future__` imports above `start`, each on its line (they change what compiles); None when one
+    spans lines."""
+    found = [m.group() for m in FUTURE.finditer(text, 0, start)] if start > 0 else []
+    if any("(" in f and ")" not in f for f in found):
+        return None
+    return "".join(f + "\n" for f in found)

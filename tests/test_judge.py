@@ -1,0 +1,190 @@
+"""The guard's judge (dlmcode/text/judge.py): the window it judges answers as the whole file does on clean
+files, and a typo of the user's elsewhere does not blind it.
+
+Files: the guard's sample and two files of this interpreter's standard library (real code, classes and
+methods, module docstrings and `__future__` imports).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlmcode import models
+from dlmcode.core.run import RunSettings
+from dlmcode.jobs import fill
+from dlmcode.text import guard, judge, spans, syntax
+
+DATA = Path(__file__).parent / "data" / "guard"
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+PIECES = [")", "]", "(", "[", "{", '"', "'", '"""', "\n", ":", "#", "\\", "    ", "\t", "else", "return", ",", "x"]
+PIECES += [
+    " ",
+    "pass",
+    "\n    ",
+    "\n        ",
+    "def",
+    "yield",
+    "global",
+    "break",
+    "await",
+    "=",
+    "from __future__ import x",
+]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return models.load()
+
+
+def sources() -> list[str]:
+    found = [(DATA / "sample.py").read_text()]
+    return found + [(STDLIB / name).read_text() for name in ("queue.py", "textwrap.py") if (STDLIB / name).exists()]
+
+
+def judge_of(text: str, start: int, stop: int, tokenizer) -> judge.Judge:
+    """A judge of one hole [start, stop) of `text` (the user's code there: `text[start:stop]`)."""
+    plan = spans.Plan(text, None, (spans.Hole(start, stop, 1, True),), (range(0, 1),), (start, stop))
+    return judge.Judge(plan, tokenizer, "python", (text, [(start, stop)]))
+
+
+def mutated(rnd: random.Random, original: str, tokenizer) -> str:
+    """The original text of a hole with 0-3 tokens replaced, inserted or deleted (often still valid)."""
+    ids = tokenizer.encode(original)
+    for _ in range(rnd.randrange(4)):
+        at, piece = rnd.randrange(len(ids) + 1), tokenizer.encode(rnd.choice(PIECES))
+        op = rnd.random()
+        if op < 0.4:
+            ids[at : at + 1] = piece
+        elif op < 0.7:
+            ids[at:at] = piece
+        else:
+            del ids[at : at + 1]
+    return tokenizer.decode(ids)
+
+
+@pytest.mark.slow
+def test_the_window_answers_as_the_whole_file_does_on_clean_files(shipped):
+    rnd = random.Random(26)
+    verdicts, small = [], 0
+    for text in sources():
+        assert syntax.check(text, "python").ok
+        starts = [0, *(i + 1 for i, c in enumerate(text) if c == "\n")]
+        for _ in range(50):
+            row = rnd.randrange(1, len(starts) - 4)
+            if rnd.random() < 0.7:  # 1-3 whole lines
+                start, stop = starts[row], starts[row + rnd.randint(1, 3)]
+            else:  # a point or a few characters inside a line (an empty hole reaches the lines around it)
+                start = rnd.randrange(starts[row], starts[row + 1])
+                stop = min(start + rnd.choice([0, 0, 3]), starts[row + 1] - 1)
+            checked = judge_of(text, start, stop, shipped.tokenizer)
+            small += checked.small() is not None and len(checked.small().before) < len(text) / 2
+            for _ in range(4):
+                fill_ = mutated(rnd, text[start:stop], shipped.tokenizer)
+                after = text[:start] + fill_ + text[stop:]
+                region = syntax.Region((start, stop), (start, start + len(fill_)))
+                whole = syntax.breakage(text, after, "python", holes=[region]).broken
+                assert (checked.errors([fill_]) > 0) == whole, (text[:40], start, stop, fill_)
+                verdicts.append(whole)
+    assert 0.2 < sum(verdicts) / len(verdicts) < 0.8, "both verdicts must be common for the test to mean anything"
+    assert small >= 100, "most holes must be judged on a window well smaller than the file"
+
+
+def test_a_window_is_the_method_under_its_classes_with_the_statement_after_it():
+    text = (DATA / "sample.py").read_text()
+    at = text.index("        if len(self.items)")  # in Stack.push
+    found = judge.python_windows(text, [(at, at)])[0]
+    start, stop, head, tail, level = found
+    assert text[start:stop].startswith("    def push(self, item):") and text[stop:].startswith("    async def drain")
+    assert head == "from __future__ import annotations\nclass _:\n    pass\n" and tail == "    pass\n" and level == 4
+
+
+@pytest.mark.parametrize(
+    "fill_",
+    [
+        "   return 1\n",  # bad indentation: tree-sitter accepts it, compile() does not
+        "        return 1\n    x = 1\n   y = 2\n",  # an unindent that matches no outer level
+        "        break\n",  # `break` outside a loop: only the compiler's symbol table sees it
+    ],
+)
+@pytest.mark.parametrize("typo", ["value = = 1\n", "value = call(1,\n"])
+def test_a_typo_far_above_does_not_blind_the_judge_to_a_broken_fill(fill_, typo, shipped):
+    text = (DATA / "sample.py").read_text()
+    with_typo = typo + text  # line 1: 30+ lines above the hole, outside its function
+    at = with_typo.index("        if len(self.items)")
+    stop = with_typo.index("\n", at) + 1
+    blind = syntax.breakage(
+        with_typo,
+        with_typo[:at] + fill_ + with_typo[stop:],
+        "python",
+        holes=[syntax.Region((at, stop), (at, at + len(fill_)))],
+    )
+    checked = judge_of(with_typo, at, stop, shipped.tokenizer)
+    assert checked.errors([fill_]) > 0
+    fixed = text.index("        if len(self.items)")
+    with pytest.raises(SyntaxError):  # the fill is broken once the user fixes their line
+        compile(text[:fixed] + fill_ + text[text.index("\n", fixed) + 1 :], "<fill>", "exec")
+    if "break" not in fill_:  # (the whole file's rule happens to see this one through the typo)
+        assert not blind.broken, "the whole file's rule is blinded by the typo above: the reason for the window"
+
+
+NASTY = [")", "]", "}", "(", "[", "{", '"', "'", "\n", ":", "#", "\\", "    ", "\t", "else", "return", "break", ","]
+
+
+def hostile(dlm, seed: int):
+    """`dlm` proposing random tokens with the most harmful ones (closers, quotes, line breaks, bad indentation,
+    `break` and `return` anywhere) the likeliest."""
+    vocab = dlm.predict(torch.tensor([dlm.bos_id or 0])).shape[-1]
+    nasty = torch.tensor(sorted({t for t in (guard.single_token(dlm.tokenizer, s) for s in NASTY) if t is not None}))
+    g = torch.Generator().manual_seed(seed)
+
+    def predict(tokens):
+        holes = (tokens == dlm.mask_id).nonzero().squeeze(-1)
+        logits = torch.zeros(len(tokens), vocab)  # (L, V)
+        rows = torch.randn(len(holes), vocab, generator=g) * 3  # (H, V)
+        rows[:, nasty] += 10 + 4 * torch.rand(len(holes), len(nasty), generator=g)
+        logits[holes] = rows
+        return logits
+
+    return dataclasses.replace(dlm, predict=predict, cached=None, forward_batch=None, name="hostile")
+
+
+TYPOS = ["value = = 1", "value = call(1,"]  # one broken line, one unclosed bracket
+
+
+@pytest.mark.slow
+def test_guarded_fills_beside_a_typo_compile_once_it_is_fixed(shipped):
+    """The issue's case: a typo 15+ lines above or below the hole, outside its function; the fill, guarded, must
+    compile once the user fixes their line (the whole file's judge, blinded by the typo, let 19 of 53 through)."""
+    text = (DATA / "sample.py").read_text()
+    lines = text.split("\n")
+    rnd = random.Random(15)
+    fixed_ok = cases = 0
+    for i in range(24):
+        typo, above = TYPOS[i % 2], i % 4 < 2
+        first = rnd.choice([32, 33, 34, 36, 38]) if above else rnd.choice([14, 15, 17, 18])  # in parse / in Point
+        typo_line = rnd.randrange(0, first - 16) if above else rnd.randrange(first + 20, len(lines) - 1)
+        broken = lines[:typo_line] + [typo] + lines[typo_line:]
+        shift = 1 if above else 0
+        span = (first + shift, first + shift + rnd.randrange(3))
+        run = RunSettings(decoder="low-confidence", options={"guard": "true", "tokens_per_step": rnd.choice([1, 4])})
+        job = fill.infill_job("\n".join(broken), span, hostile(shipped, i), dataclasses.replace(run, lang="python"))
+        result = job.run()
+        if result.guard is None:  # no witness found (the witness search's limit, not the judge's): said, unguarded
+            continue
+        out = result.text.split("\n")
+        assert out.count(typo) == 1
+        out.remove(typo)  # the user fixes their line
+        cases += 1
+        try:
+            compile("\n".join(out), "<fixed>", "exec")
+            fixed_ok += 1
+        except SyntaxError as err:
+            pytest.fail(f"case {i} ({typo!r} {'above' if above else 'below'}): {err}\n" + "\n".join(out))
+    assert cases == fixed_ok and cases >= 18, f"only {cases} of 24 guarded"
