@@ -27,7 +27,7 @@ from ..models import cache as kvcache
 from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
 from ..text import guard, judge, oracle, spans, syntax
-from . import sizing
+from . import expanding, sizing
 from .processors import Ban, Penalty, Processor, names, processed
 
 Follow = Callable[[Iterator[Step]], Step | None]
@@ -55,6 +55,8 @@ class Result:
     sized: tuple[
         int, ...
     ] = ()  # holes the length rule chose per hole of unknown length (jobs/sizing.py); its call is in `calls`
+    expanded: int = 0  # holes that became two (a model trained to expand: jobs/expanding.py)
+    deleted: int = 0  # holes that left the canvas (the same)
 
     @property
     def tpf(self) -> float:
@@ -78,6 +80,8 @@ class Result:
             "notes": list(self.notes),
             "processors": list(self.processors),
             "sized": list(self.sized),
+            "expanded": self.expanded,
+            "deleted": self.deleted,
         }
 
 
@@ -100,8 +104,10 @@ class Job:
     processors: tuple[Processor, ...] = ()  # what happens to the logits, in order (jobs/processors.py)
     notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
     sized: sizing.Sized | None = None  # the length rule's probe (its call and seconds count in the Result)
+    growth: expanding.Growth | None = None  # holes that expand and delete as the model decides (then `plan` follows)
 
     def __post_init__(self) -> None:
+        self.unguarded = self.decoder  # a growing job builds the guard anew for each plan
         if oracle.wants(
             self.decoder
         ):  # syntax-guard: a syntax oracle of this plan, handed over like codila's assistant
@@ -117,6 +123,7 @@ class Job:
             )
         if getattr(self.decoder, "guard", False):
             self.decoder = self.with_guard(self.decoder)
+        self.guarded_for = self.plan
 
     # ------------------------------------------------------------ the guard (dlmcode/text/guard.py)
 
@@ -129,9 +136,13 @@ class Job:
         began = time.perf_counter()  # the first search is the guard's time too (Stats.first)
         fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
         counted = guard.Counted(self.judge)
-        found = guard.first_witness(
-            self.plan.canvas.tokens, self.plan.positions, self.around(), fit, counted, budget=guard.FIRST
-        )  # None: from a draft; bounded, as every search of the guard
+        found = (
+            guard.first_witness(
+                self.plan.canvas.tokens, self.plan.positions, self.around(), fit, counted, budget=guard.FIRST
+            )
+            if not self.plan.canvas.writable.logical_xor(self.plan.canvas.holes).any()
+            else None
+        )  # None: from a draft (also once a growing fill holds committed tokens); bounded, as every search
         first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began)
         return dataclasses.replace(
             decoder,
@@ -181,8 +192,16 @@ class Job:
     def steps(self) -> Iterator[Step]:
         """The decoder's Steps; their `calls` include the length rule's probe, so every face counts it."""
         rng = torch.Generator().manual_seed(self.seed)
+        if self.growth is not None:
+            return expanding.rounds(self, functools.partial(self.round, rng=rng))
         steps = self.decoder(self.plan.canvas, processed(self.dlm.predict, self.processors), rng)
         return shifted(steps, self.probe_calls) if self.probe_calls else steps
+
+    def round(self, plan: spans.Plan, limits: expanding.Limits, rng: torch.Generator) -> Iterator[Step]:
+        """One round of a growing job: the decoder from `plan`'s canvas, its guard made for this plan."""
+        if plan is not self.guarded_for and getattr(self.unguarded, "guard", False):
+            self.decoder, self.guarded_for = self.with_guard(self.unguarded), plan
+        return self.decoder(plan.canvas, processed(self.dlm.predict, (*self.processors, limits)), rng)
 
     @property
     def probe_calls(self) -> int:
@@ -192,7 +211,8 @@ class Job:
         """Decode (through `follow`, which consumes the Step stream) and splice the result."""
         start = time.perf_counter()
         taken: list[int] = []  # tokens each Step reopened
-        final = follow(counting(self.steps(), taken))
+        committed: list[int] = []  # tokens each Step committed
+        final = follow(counting(self.steps(), taken, committed))
         seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0) + self.first_search()
         canvas = final.canvas if final else self.plan.canvas
         filled = spans.splice(
@@ -204,7 +224,7 @@ class Job:
             ids=filled.ids,
             canvas=canvas.tokens.tolist(),
             calls=final.calls if final else self.probe_calls,
-            filled=self.plan.canvas.n_holes,
+            filled=sum(committed) if self.growth else self.plan.canvas.n_holes,
             seconds=seconds,
             breakage=self.breakage(filled, text),
             decoder=decoders.name_of(self.decoder),
@@ -215,7 +235,9 @@ class Job:
             notes=tuple(self.notes),
             processors=names(self.processors),
             fill_lines=((1, spans.count_lines(text)),) if self.finish else tuple(filled.span_lines),
-            sized=self.sized.lengths if self.sized else (),
+            sized=self.sized.lengths if self.sized else self.growth.lengths(self.plan) if self.growth else (),
+            expanded=sum(self.growth.expanded) if self.growth else 0,
+            deleted=sum(self.growth.deleted) if self.growth else 0,
         )
 
     def first_search(self) -> float:
@@ -261,10 +283,13 @@ def shifted(steps: Iterator[Step], calls: int) -> Iterator[Step]:
         yield dataclasses.replace(step, calls=step.calls + calls)
 
 
-def counting(steps: Iterator[Step], taken: list[int]) -> Iterator[Step]:
-    """The Step stream as it is, noting in `taken` how many tokens each Step reopened."""
+def counting(steps: Iterator[Step], taken: list[int], committed: list[int] | None = None) -> Iterator[Step]:
+    """The Step stream as it is, noting in `taken` how many tokens each Step reopened (and in `committed` how many
+    it committed)."""
     for step in steps:
         taken.append(len(step.reopened))
+        if committed is not None:
+            committed.append(len(step.filled))
         yield step
 
 
@@ -353,6 +378,14 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
     if not unknown:
         plan = spans.plan_infill(source, model.vocab, span, run.length)
         return Job(plan, model, built, run.seed, run.lang, processors=exact_length(model))
+    if growing(dlm):  # the model decides each length inside the decode: start small
+        budget = auto_length(source, span, model.tokenizer, expanding.BUDGET)
+        if span is not None:
+            plan = spans.plan_infill(source, model.vocab, span, min(expanding.START, budget))
+        else:
+            plan = spans.plan_infill(source, model.vocab, span, None, bare=[expanding.START] * len(unknown))
+        growth = grows(model, unknown, budget)
+        return Job(plan, model, built, run.seed, run.lang, processors=growth_bans(model), growth=growth)
     room = auto_length(source, span, model.tokenizer, sizing.rule_for(dlm.family).room)
     if span is not None:  # --span with --length auto: the span's one hole
         sized = probed(dlm, spans.plan_infill(source, model.vocab, span, room), [0])
@@ -362,6 +395,22 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
         sized = probed(dlm, plan_for(bare=[room] * len(unknown)), unknown)
         plan = plan_for(bare=sized.lengths)
     return Job(plan, model, built, run.seed, run.lang, processors=exact_length(model), sized=sized)
+
+
+def growing(dlm: Dlm) -> bool:
+    """Whether the model decides a fill's length itself (expand and delete: jobs/expanding.py)."""
+    return dlm.expand_id is not None and dlm.delete_id is not None
+
+
+def grows(dlm: Dlm, variable: list[int], budget: int) -> expanding.Growth:
+    """The growth of a job whose holes `variable` have no given length: each may reach `budget` positions."""
+    tokens = expanding.Tokens(dlm.expand_id, dlm.delete_id)
+    return expanding.Growth(tokens, tuple(variable), budget, dlm.context)
+
+
+def growth_bans(dlm: Dlm) -> tuple[Processor, ...]:
+    """A growing job's fixed bans: the pad, unless it is the model's delete (expanding.Limits places that one)."""
+    return () if dlm.pad_id is None or dlm.pad_id == dlm.delete_id else (Ban((dlm.pad_id,), "pad"),)
 
 
 def unknown_holes(source: str, span: tuple[int, int] | None, length: int | str | None) -> list[int]:
@@ -430,15 +479,29 @@ def generate_job(
     eos = eos or EndOfText()
     text = model.chat(prompt) if use_chat else prompt
     plan_for = functools.partial(spans.plan_generate, text, model.vocab)
-    sized = None
-    if run.length == AUTO:
+    sized = growth = None
+    room = min(GENERATE_ROOM, model.context // 2)
+    if run.length == AUTO and growing(dlm):
+        growth = grows(model, [0], room)
+    elif run.length == AUTO:
         ends = tuple(i for i in (model.eos_id, model.eot_id) if i is not None)
-        sized = probed(dlm, plan_for(min(GENERATE_ROOM, model.context // 2)), [0], ends)
-    plan = plan_for(sized.lengths[0] if sized else run.length)
+        sized = probed(dlm, plan_for(room), [0], ends)
+    plan = plan_for(expanding.START if growth else sized.lengths[0] if sized else run.length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     processors = eos.processors(model)
+    processors += growth_bans(model) if growth else ()
     if not use_chat:
-        return Job(plan, model, built, run.seed, run.lang, trim_at=model.eos_id, processors=processors, sized=sized)
+        return Job(
+            plan,
+            model,
+            built,
+            run.seed,
+            run.lang,
+            trim_at=model.eos_id,
+            processors=processors,
+            sized=sized,
+            growth=growth,
+        )
     if oracle.wants(built):
         raise UsageError(
             f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use "
@@ -446,7 +509,16 @@ def generate_job(
         )
     reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
     return Job(
-        plan, model, built, run.seed, run.lang, finish=reply, trim_at=model.eos_id, processors=processors, sized=sized
+        plan,
+        model,
+        built,
+        run.seed,
+        run.lang,
+        finish=reply,
+        trim_at=model.eos_id,
+        processors=processors,
+        sized=sized,
+        growth=growth,
     )
 
 
@@ -487,6 +559,10 @@ def prepare_middle(
     raw = default_model(dlm)
     built, model = decoding(raw, run)
     plan_for = functools.partial(spans.plan_middle, prefix, suffix, model.vocab)
+    if unknown and growing(raw):  # the model decides the length inside the decode, up to the ceiling
+        growth = grows(model, [0], length)
+        plan = plan_for(min(expanding.START, length))
+        return Job(plan, model, built, seed, lang, processors=growth_bans(model), growth=growth)
     if unknown:
         sized = probed(raw, plan_for(min(length, sizing.rule_for(raw.family).room)), [0], end_ids or None)
         return Job(plan_for(sized.lengths[0]), model, built, seed, lang, processors=exact_length(model), sized=sized)
@@ -518,9 +594,11 @@ class EndOfText:
 def exact_length(model: Dlm) -> tuple[Processor, ...]:
     """Holes of a fixed length hold code, so the pad token is never proposed.
 
-    Only --length auto over-allocates and leaves room for pads (which splicing strips).
+    Only --length auto over-allocates and leaves room for pads (which splicing strips). A model that
+    can expand a hole never does it in a hole of given length either.
     """
-    return () if model.pad_id is None else (Ban((model.pad_id,), "pad"),)
+    pad = () if model.pad_id is None else (Ban((model.pad_id,), "pad"),)
+    return pad + ((Ban((model.expand_id,), "expand"),) if model.expand_id is not None else ())
 
 
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)

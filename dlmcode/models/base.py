@@ -40,6 +40,8 @@ class Dlm:
     run_rows: Callable[[list[Any]], list[torch.Tensor]] | None = (
         None  # several cached predicts' runs in one forward (cache.run_rows); None: each runs alone
     )
+    expand_id: int | None = None  # a hole that decodes it becomes two (trained to: DreamOn); None: the model never was
+    delete_id: int | None = None  # with expand_id: a hole that decodes it ends its fill there (jobs/expanding.py)
 
     @property
     def vocab(self) -> Vocab:

@@ -30,6 +30,7 @@ from .hf import first_line
 MODEL_TYPE = "dlmcode"
 ARCHITECTURE = "DlmcodeDiffusionLM"
 SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # ids 0..3, in this order
+EXPAND_TOKEN = "[EXPAND]"  # a model trained to expand holes has it at config.json's expand_id
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class BuiltinConfig:
     mask_id: int = 1  # [MASK]: a hole
     bos_id: int = 2  # [BOS]: start of a file
     eos_id: int = 3  # [EOS]: end of a file
+    expand_id: int = -1  # [EXPAND]: this hole becomes two (-1: the model was not trained to expand; [PAD] deletes)
 
     def to_json(self) -> dict:
         return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], **asdict(self)}
@@ -61,6 +63,8 @@ class BuiltinConfig:
             if key in POSITIVE and value <= 0:
                 raise ValueError(f"{key} is {value!r}, expected a positive number")
         cfg = cls(**values)
+        if cfg.expand_id >= cfg.vocab_size:
+            raise ValueError(f"expand_id {cfg.expand_id} is past vocab_size {cfg.vocab_size}")
         if cfg.dim % cfg.n_heads or (cfg.dim // cfg.n_heads) % 2:
             raise ValueError(f"dim {cfg.dim} is not n_heads {cfg.n_heads} times an even head size")
         return cfg
@@ -334,6 +338,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     """The family adapter: a Dlm over the weights in `path` (no remote code is ever needed)."""
     model = load_model(path, device, dtype)
     cfg = model.cfg
+    expands = {cfg.expand_id} if cfg.expand_id >= 0 else set()
     return Dlm(
         name=str(path),
         family="builtin",
@@ -346,7 +351,9 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         predict=make_predict(model),
         device=device,
         dtype=dtype,
-        special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id}),
+        special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id} | expands),
+        expand_id=cfg.expand_id if expands else None,
+        delete_id=cfg.pad_id if expands else None,  # trained so: [PAD] after a fill's content (training/expand.py)
         cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
         forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
         run_rows=kvcache.run_rows(model.hidden, model.logits, cfg.pad_id, device),

@@ -11,7 +11,13 @@ with the noise applied only inside chosen *holes*. Each sequence draws a mode:
   spans  - 1..max_holes holes, each a run of 1-5 whole lines or a random token span;
            some holes are over-allocated: the target is the span followed by [PAD]s,
            which teaches `--length auto` (fill, then strip the pads);
-  suffix - everything after a random line start is the hole (prompt continuation).
+  suffix - everything after a random line start is the hole (prompt continuation);
+  expand - (with expand=true) DreamOn's objective (Wu et al. 2026, arXiv 2602.01326), restated:
+           one middle (whole lines, or a random token span) gets up to max_deletes extra
+           [PAD] targets after it (a hole that decodes [PAD] is deleted), its tokens are masked
+           with ratio t, and runs of adjacent masked middle tokens merge into one position whose
+           target is [EXPAND] (a hole standing for two or more tokens), with a scheduled merge
+           probability. The merged-away positions leave the canvas, as in DreamOn.
 Inside the hole every token is masked with probability t ~ U(t_min, 1). The loss is the mean
 cross-entropy over the masked tokens of each sequence, averaged over sequences. This is the
 1/t-weighted ELBO sum_masked CE / (t n) with the realised count of masked tokens in place of
@@ -53,6 +59,7 @@ from ..bench.heldout import corpus_files, file_list_hash, split, stdlib_root
 from ..core import settings
 from ..core.errors import DlmcodeError, UsageError
 from ..models.builtin import (
+    EXPAND_TOKEN,
     BuiltinConfig,
     BuiltinTokenizer,
     DlmcodeDiffusionLM,
@@ -60,6 +67,7 @@ from ..models.builtin import (
     save,
     train_tokenizer,
 )
+from . import expand
 from .data import (
     BOS,
     IS_NEWLINE,
@@ -110,6 +118,12 @@ class TrainConfig:
     log_every: int = 20  # steps between progress records
     eval_windows: int = 64  # held-out windows in each evaluation
     resume: bool = True  # continue from out/ckpt.pt when it exists
+    expand: bool = False  # teach [EXPAND] (a new token, id vocab_size) and deletes: DreamOn's objective
+    p_expand: float = 0.45  # with expand: share of sequences in "expand" mode (taken from "spans")
+    merge_prob: float = 0.5  # with expand: peak probability that a masked middle position absorbs the next
+    merge_static: float = 0.4  # with expand: share of middles merging at merge_prob (else scaled by 1 - masked share)
+    max_deletes: int = 64  # with expand: most [PAD] (delete) targets after a middle (drawn from 0..max_deletes-1)
+    max_middle_lines: int = 10  # with expand: most whole lines in a middle
     init: str = (
         ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
     )
@@ -160,6 +174,9 @@ def pick_holes(
 def noise(x: np.ndarray, seq: int, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
     """One training example: (input ids, target ids, masked) of length `seq` each."""
     mode = rng.random()
+    if cfg.expand and cfg.p_iid + cfg.p_suffix <= mode < cfg.p_iid + cfg.p_suffix + cfg.p_expand:
+        return expand.example(x, seq, line_end, cfg, rng, expand_id(cfg))
+    x = x[:seq]  # the other modes see the window they always saw
     if mode < cfg.p_iid:
         target, hole = x, np.ones(len(x), dtype=bool)
     elif mode < cfg.p_iid + cfg.p_suffix:
@@ -192,7 +209,8 @@ def with_pads(x: np.ndarray, holes: list[tuple[int, int, int]]) -> tuple[np.ndar
 
 
 def batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
-    examples = [noise(window(stream, cfg.seq, rng), cfg.seq, line_end, cfg, rng) for _ in range(cfg.batch)]
+    span = cfg.seq + (expand.EXTRA if cfg.expand else 0)  # merges shorten an expand example: draw more
+    examples = [noise(window(stream, span, rng), cfg.seq, line_end, cfg, rng) for _ in range(cfg.batch)]
     inp, tgt, msk = (torch.from_numpy(np.stack(col)) for col in zip(*examples, strict=True))
     return inp, tgt, msk  # (B, L) long, (B, L) long, (B, L) bool
 
@@ -300,9 +318,15 @@ def make_optimizer(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> torch.optim.A
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
+def expand_id(cfg: TrainConfig) -> int:
+    """[EXPAND]'s id: the first one after the data's vocabulary."""
+    return cfg.vocab_size
+
+
 def model_config(cfg: TrainConfig) -> BuiltinConfig:
     return BuiltinConfig(
-        vocab_size=cfg.vocab_size,
+        vocab_size=cfg.vocab_size + int(cfg.expand),
+        expand_id=expand_id(cfg) if cfg.expand else -1,
         dim=cfg.dim,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
@@ -332,19 +356,25 @@ def save_checkpoint(path: Path, model, opt, state: dict, rng: np.random.Generato
 def initialise(model: DlmcodeDiffusionLM, folder: Path, tokenizer: BuiltinTokenizer) -> None:
     """Copy a saved model's weights into `model` (continued training; the context may grow, RoPE has no table)."""
     src = load_model(folder, torch.device("cpu"), torch.float32)
+    grows = model.cfg.expand_id == src.cfg.vocab_size == model.cfg.vocab_size - 1  # [EXPAND] is new
     for key in ("vocab_size", "dim", "n_layers", "n_heads", "ffn_mult"):
-        if getattr(src.cfg, key) != getattr(model.cfg, key):
+        if getattr(src.cfg, key) != getattr(model.cfg, key) and not (key == "vocab_size" and grows):
             raise UsageError(
                 f"init={folder}: its {key} is {getattr(src.cfg, key)}, this run's is {getattr(model.cfg, key)}"
             )
     theirs = BuiltinTokenizer.from_file(folder / "tokenizer.json").tok.get_vocab()
-    if theirs != tokenizer.tok.get_vocab():
+    ours = {k: v for k, v in tokenizer.tok.get_vocab().items() if not grows or v < src.cfg.vocab_size}
+    if theirs != ours:
         raise UsageError(
             f"init={folder}: its tokenizer is not the training data's (tokenize the corpus with --tokenizer "
             f"{folder / 'tokenizer.json'})"
         )
     device = next(model.parameters()).device
-    model.load_state_dict({k: v.to(device) for k, v in src.state_dict().items()})
+    weights = src.state_dict()
+    if grows:  # [EXPAND]'s row starts at the mean embedding: no token's logit is favoured or copied
+        embed = weights["embed.weight"]
+        weights["embed.weight"] = torch.cat([embed, embed.mean(0, keepdim=True)])
+    model.load_state_dict({k: v.to(device) for k, v in weights.items()})
 
 
 def load_checkpoint(path: Path, model, opt, rng: np.random.Generator) -> dict:
@@ -409,6 +439,7 @@ def prepare(cfg: TrainConfig, out: Path):
         tokenizer = train_tokenizer(train_texts, cfg.vocab_size)
         tokenizer.save(tok_path)
     line_end = line_end_table(tokenizer, cfg.vocab_size)
+    with_expand(tokenizer, cfg).save(tok_path)
     train = encode_stream(tokenizer, train_texts, line_end)
     held_names = sorted(heldout_files)[: max(2, cfg.max_files // 10) if cfg.max_files else None]
     held_texts = [heldout_files[k] for k in held_names] or train_texts[:1]  # tiny test corpora may have none
@@ -436,8 +467,8 @@ def prepare_data(cfg: TrainConfig, out: Path):
         raise UsageError(
             f"{folder}'s tokenizer has {tokenizer.tok.get_vocab_size()} tokens but vocab_size={cfg.vocab_size}"
         )
-    tokenizer.save(out / "tokenizer.json")
     line_end = line_end_table(tokenizer, cfg.vocab_size)
+    with_expand(tokenizer, cfg).save(out / "tokenizer.json")
     meta = {
         "files_train": info["files_train"],
         "files_heldout": info["files_valid"],
@@ -448,6 +479,15 @@ def prepare_data(cfg: TrainConfig, out: Path):
         "source": "corpus",
     }
     return tokenizer, line_end, stream_of(train_ids, line_end), stream_of(valid_ids, line_end), meta
+
+
+def with_expand(tokenizer: BuiltinTokenizer, cfg: TrainConfig) -> BuiltinTokenizer:
+    """The tokenizer the model ships with: with expand, [EXPAND] added as id vocab_size (the data never holds it)."""
+    if cfg.expand and EXPAND_TOKEN not in tokenizer.tok.get_vocab():
+        tokenizer.tok.add_special_tokens([EXPAND_TOKEN])
+        if tokenizer.tok.token_to_id(EXPAND_TOKEN) != expand_id(cfg):
+            raise UsageError(f"the tokenizer has {tokenizer.tok.get_vocab_size()} tokens, vocab_size={cfg.vocab_size}")
+    return tokenizer
 
 
 def autocast_for(cfg: TrainConfig, device: torch.device):

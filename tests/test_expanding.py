@@ -1,0 +1,142 @@
+"""Holes that expand and delete inside the decode (dlmcode/jobs/expanding.py): a hand-made model whose logits
+propose expand and delete exactly, through every face without a given length and every decoder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from dlmcode import decoders
+from dlmcode.jobs import expanding, fill
+
+from serve_tiny import BOS, EOS, MASK, PAD, VOCAB, CharTokenizer, char_dlm
+
+EXPAND = VOCAB  # one id past the char vocabulary, as the built-in model's [EXPAND]
+
+
+class Knows:
+    """A model that knows the fill: in the run of positions between `prefix` and `suffix` it proposes the fill's
+    k-th token at the k-th position while the run is short of the fill, [EXPAND] at the run's last position
+    (the run is too short), and delete ([PAD]) at every position past the fill's end (too long). Expand and
+    delete are its surest proposals, content falls in k, so a confidence-ordered decoder settles the length first.
+    `expand_also` gives, at the last position, the fill's own token as the second choice (for a budget)."""
+
+    def __init__(self, prefix: str, suffix: str, middle: str) -> None:
+        tok = CharTokenizer()
+        self.prefix, self.suffix, self.middle = tok.encode(prefix), tok.encode(suffix), tok.encode(middle)
+        self.calls = 0
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        ids = tokens.tolist()
+        start = 1 + len(self.prefix)  # [BOS] first
+        stop = self.run_end(ids, start)
+        logits = torch.full((len(ids), VOCAB + 1), -20.0)  # (L, V + 1)
+        logits[torch.arange(len(ids)), torch.tensor(ids).clamp(max=VOCAB)] = 0.0
+        run = stop - start
+        for k in range(run):
+            pos = start + k
+            if k >= len(self.middle):
+                logits[pos, PAD] = 12.0 - 0.05 * k
+            elif k == run - 1 and run < len(self.middle):
+                logits[pos, EXPAND] = 12.0
+                logits[pos, self.middle[k]] = 9.0 - 0.05 * k
+            else:
+                logits[pos, self.middle[k]] = 10.0 - 0.05 * k
+        return logits
+
+    def run_end(self, ids: list[int], start: int) -> int:
+        """Where the suffix begins: the last occurrence of the suffix's ids (or the canvas's end)."""
+        n = len(self.suffix)
+        for end in range(len(ids), start - 1, -1):
+            if ids[end - n : end] == self.suffix and end - n >= start:
+                return end - n
+        return len(ids)
+
+
+def knowing(prefix: str, suffix: str, middle: str, context: int = 256):
+    predict = Knows(prefix, suffix, middle)
+    dlm = dataclasses.replace(char_dlm(predict, context), expand_id=EXPAND, delete_id=PAD)
+    dlm = dataclasses.replace(dlm, special_ids=dlm.special_ids | {EXPAND})
+    return dlm, predict
+
+
+def test_a_bare_marker_grows_to_the_fill_the_model_knows():
+    dlm, predict = knowing("ab", "cd", "0123456789")
+    result = fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm).run()
+    assert result.text == "ab0123456789cd"
+    assert result.sized == (10,) and result.expanded == 6 and result.deleted == 0  # 4 holes, six expands: 10
+    assert result.calls == predict.calls == 6 + 10  # one call each: six expands, ten tokens (low-confidence)
+    assert result.filled == 16 and result.tpf == 1.0
+
+
+def test_a_bare_marker_shrinks_by_deletes():
+    dlm, predict = knowing("ab", "cd", "x")
+    result = fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm).run()
+    assert result.text == "abxcd" and result.sized == (1,) and result.deleted == 3 and result.expanded == 0
+    assert result.calls == predict.calls == 2  # the first delete ends the fill: its holes after it go at once
+
+
+def test_the_budget_bans_expand_and_the_second_choice_stands():
+    dlm, _ = knowing("ab", "cd", "0123456789")
+    result = fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm, length="auto").run()
+    assert result.text == "ab0123456789cd"
+    growth = fill.grows(dlm, [0], 6)  # a fill may reach 6 positions: then its last one takes its own token
+    plan = fill.spans.plan_infill("ab⟦fill⟧cd", dlm.vocab, None, None, bare=[expanding.START])
+    job = fill.Job(plan, dlm, decoders.build("low-confidence"), 0, None, growth=growth)
+    result = job.run()
+    assert result.text == "ab012345cd" and result.sized == (6,) and result.expanded == 2
+
+
+def test_a_given_length_never_expands_or_deletes():
+    dlm, _ = knowing("ab", "cd", "0123456789")
+    result = fill.prepare_infill("ab⟦fill:4⟧cd", dlm=dlm).run()  # the model asks to expand; the length is given
+    assert result.text == "ab0123cd" and result.expanded == result.deleted == 0 and result.sized == ()
+    assert EXPAND not in result.ids and result.calls == 4
+
+
+NEEDS = {"codila"}  # an assistant of the model's tokenizer: not for a hand-made model
+
+
+@pytest.mark.parametrize("name", [n for n in decoders.DECODERS if n not in NEEDS])
+def test_every_decoder_grows_the_fill(name):
+    dlm, _ = knowing("ab", "cd", "0123456789")
+    result = fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm, decoder=name, lang="python").run()
+    assert result.text == "ab0123456789cd", name
+    assert result.sized == (10,)
+
+
+def test_carried_out_expands_and_ends_a_fill():
+    tokens = expanding.Tokens(expand=EXPAND, delete=PAD)
+    assert expanding.carried_out([5, EXPAND, MASK], MASK, tokens) == ([5, MASK, MASK, MASK], 1, 0)
+    # a delete ends the fill: the holes after it go, tokens committed after it stay (DreamOn's rule)
+    assert expanding.carried_out([5, MASK, PAD, MASK, 7, MASK], MASK, tokens) == ([5, MASK, 7], 0, 3)
+
+
+def test_edited_plan_moves_the_holes_after_an_edit():
+    dlm, _ = knowing("ab", "cd", "0")
+    plan = fill.spans.plan_infill("a⟦fill⟧b⟦fill⟧c", dlm.vocab, None, None, bare=[2, 2])
+    tokens = plan.canvas.tokens.clone()
+    first, second = plan.positions
+    tokens[first.start] = EXPAND
+    tokens[second.start] = PAD
+    canvas = dataclasses.replace(plan.canvas, tokens=tokens)
+    new = expanding.edited(plan, canvas, [0, 1], expanding.Tokens(EXPAND, PAD))
+    assert [len(r) for r in new.positions] == [3, 0]
+    assert new.canvas.tokens.tolist() == [BOS, 4 + ord("a"), MASK, MASK, MASK, 4 + ord("b"), 4 + ord("c"), EOS]
+
+
+def test_generate_auto_grows_the_continuation():
+    predict = Knows("ab", "", "xyz12")
+    dlm = dataclasses.replace(char_dlm(predict), expand_id=EXPAND, delete_id=PAD)
+    result = fill.prepare_generate("ab", dlm=dlm, length="auto", lang=None, chat=False).run()
+    assert result.text == "abxyz12" and result.sized == (5,)
+
+
+def test_a_model_without_expand_keeps_the_length_rule():
+    dlm, _ = knowing("ab", "cd", "0123456789")
+    plain = dataclasses.replace(dlm, expand_id=None, delete_id=None)
+    job = fill.prepare_infill("ab⟦fill⟧cd", dlm=plain)
+    assert job.growth is None and job.sized is not None  # probed, as before
