@@ -364,3 +364,67 @@ def test_dlmcode_train_exports_the_best_model_with_its_card(mini_stdlib, tmp_pat
     assert "| run | 10 steps, 5,120 tokens," in card
     dlm = builtin.load(ship, torch.device("cpu"), torch.float32)
     assert dlm.predict(torch.tensor([5, 6, 7])).shape == (3, 384)
+
+
+# ---------------------------------------------------------------- DreamOn's objective (training/expand.py)
+
+
+def test_merge_runs_absorb_only_masked_neighbours():
+    from dlmcode.training import expand as E
+
+    masked = np.array([True, True, True, False, True, True, False, True])
+    keep, expands = E.merge_runs(masked, 1.0, np.random.default_rng(0))  # p = 1: every chance taken
+    assert keep.tolist() == [True, False, False, True, True, False, True, True]
+    assert expands.tolist() == [True, False, False, False, True, False, False, False]
+    keep, expands = E.merge_runs(masked, 0.0, np.random.default_rng(0))
+    assert keep.all() and not expands.any()
+
+
+def test_expand_examples_keep_the_text_and_count_what_they_stand_for():
+    """Reading an example back: a visible token is itself, [EXPAND] stands for >= 2 masked tokens of the middle,
+    [PAD] targets follow the middle; prefix + middle + suffix is the window again."""
+    from dlmcode.training import expand as E
+
+    rng = np.random.default_rng(3)
+    nl = 5
+    line_end = np.zeros(64, dtype=np.uint8)
+    line_end[nl] = D.IS_NEWLINE
+    x = np.array([D.BOS] + [10 + i % 7 if i % 6 else nl for i in range(1, 64 + E.EXTRA + 1)], dtype=np.int64)
+    cfg = T.TrainConfig(seq=64, expand=True, max_deletes=8)
+    seen = {"expand": 0, "delete": 0}
+    for _ in range(300):
+        inp, tgt, msk = E.example(x.copy(), 64, line_end, cfg, rng, expand_id=64)
+        assert len(inp) == len(tgt) == len(msk) == 64 and inp[0] == D.BOS and msk.any()
+        assert (inp[msk] == D.MASK).all() and (inp[~msk] == tgt[~msk]).all()
+        assert not ((tgt == 64) & ~msk).any() and not ((tgt == D.PAD) & ~msk).any()  # only holes expand or delete
+        hole = np.flatnonzero(msk)
+        pads = np.flatnonzero(tgt == D.PAD)
+        if len(pads):
+            assert (tgt[pads[0] : pads[-1] + 1] == D.PAD).all() and (tgt[pads[0] :][: len(pads)] == D.PAD).all()
+            assert not (tgt[pads[-1] + 1 : hole[-1] + 1] == 64).any()  # nothing expands after the deletes
+        seen["expand"] += int((tgt == 64).sum())
+        seen["delete"] += len(pads)
+        # undo the merges: an [EXPAND] at most a whole masked run; the tokens around the middle are the window's
+        assert (tgt[: hole[0]] == x[: hole[0]]).all()
+    assert seen["expand"] > 100 and seen["delete"] > 100
+
+
+def test_an_expand_run_grows_the_vocabulary_by_one_from_its_init(mini_stdlib, tmp_path):
+    """expand=true on a 384-token corpus: the model has 385 tokens, [EXPAND] at 384 in config and tokenizer;
+    init= from a model without it copies every weight and starts [EXPAND]'s row at the mean embedding."""
+    list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=4)))
+    src = tmp_path / "a" / "best"
+    (tmp_path / "b").mkdir()
+    shutil.copy(tmp_path / "a" / "tokenizer.json", tmp_path / "b" / "tokenizer.json")
+    cfg = micro(mini_stdlib, tmp_path / "b", max_steps=1, lr=0.0, expand=True, init=str(src))
+    list(T.train(cfg))
+    before = builtin.load_model(src, torch.device("cpu"), torch.float32)
+    after = builtin.load_model(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
+    assert after.cfg.vocab_size == 385 and after.cfg.expand_id == 384 and before.cfg.expand_id == -1
+    assert torch.equal(after.embed.weight[:384], before.embed.weight)
+    assert torch.allclose(after.embed.weight[384], before.embed.weight.mean(0))
+    dlm = builtin.load(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
+    assert dlm.expand_id == 384 and dlm.delete_id == 0 and 384 in dlm.special_ids
+    assert dlm.tokenizer.tok.token_to_id("[EXPAND]") == 384 and dlm.tokenizer.encode("[EXPAND]") != [384]
+    plain = builtin.load(src, torch.device("cpu"), torch.float32)
+    assert plain.expand_id is None and plain.delete_id is None

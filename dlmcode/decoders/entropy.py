@@ -26,7 +26,8 @@ class Entropy(Scheduled):
 
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         steps = self.steps_for(block.holes, block.number, block.count)
-        k = sampling.dream_count(len(ids), block.step, steps, self.eps)
+        # tokens_per_step: exactly that many a call (DreamOn decodes one a step); else Dream's schedule
+        k = self.tokens_per_step or sampling.dream_count(len(ids), block.step, steps, self.eps)
         scores = self.score(logits / self.temperature if self.temperature > 0 else logits)  # (H,)
         rows = sampling.top(scores, k)
         return Choice(rows, scores[rows])

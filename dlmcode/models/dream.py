@@ -1,5 +1,11 @@
 """Family adapter for Dream-v0, Dream-Coder, DreamOn, DiffuCoder and Open-dCoder (Qwen2 trained as masked diffusion).
 
+DreamOn (arXiv 2602.01326) is Dream-Coder's architecture trained to expand and delete holes: its
+tokenizer has an expand token (a hole that decodes it becomes two) and a hole that decodes
+end-of-text is deleted, with the holes after it (its generator's `pad_eos_to_right` and
+`delete_eos_token`). Such a folder declares both on its Dlm (`expand_id`, `delete_id`), and
+every face without a given length then lets the fill grow and shrink (jobs/expanding.py).
+
 Dream keeps its autoregressive parent's head: the logits at row i score position i+1
 (docs/research/field.md A.2). `align` shifts them back so row i scores position i, exactly as Dream's
 own sampler does, and decoders never know. Dream exists only as hub remote code, which breaks
@@ -32,6 +38,7 @@ DREAM_CONTEXT = (
 PAD_TOKEN = "<|dlm_pad|>"  # DiffuCoder pads generations with its own token
 EOT_TOKEN = "<|im_end|>"  # Qwen ChatML end of turn (Instruct models)
 TITLE = "Dream"
+EXPAND_TOKEN = "<|expand|>"  # DreamOn's expand token, by name (UNVERIFIED: its training code sets id 151667 by hand)
 
 
 def align(logits: Tensor) -> Tensor:
@@ -110,7 +117,7 @@ def adapt(
 ) -> Dlm:
     """The Dlm around a Dream-family model: hf.adapt with Dream's published ids, its pad token, and its context cap."""
     context = min(int(config.get("max_position_embeddings") or DREAM_CONTEXT), DREAM_CONTEXT)
-    return hf.adapt(
+    dlm = hf.adapt(
         path,
         config,
         tok,
@@ -125,3 +132,11 @@ def adapt(
         eot_token=EOT_TOKEN,
         pad_token=PAD_TOKEN,
     )
+    return with_expand(dlm, hf.first_id(config.get("expand_token_id"), hf.token_id(tok, EXPAND_TOKEN), vocab_size=vocab))
+
+
+def with_expand(dlm: Dlm, expand: int | None) -> Dlm:
+    """DreamOn: the Dlm declares its expand token, and end-of-text as the delete (None: a Dream without them)."""
+    if expand is None or dlm.eos_id is None:
+        return dlm
+    return dataclasses.replace(dlm, expand_id=expand, delete_id=dlm.eos_id, special_ids=dlm.special_ids | {expand})
