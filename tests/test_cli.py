@@ -51,6 +51,8 @@ def test_infill_json_fields(model, source):
         "notes",
         "processors",
         "sized",
+        "expanded",
+        "deleted",
     }
     assert data["decoder"]["name"] == "threshold" and data["decoder"]["settings"]["tau"] == 0.5
     assert data["processors"] == ["ban pad"]  # the span's own length: pads are never proposed
