@@ -140,3 +140,13 @@ def test_a_model_without_expand_keeps_the_length_rule():
     plain = dataclasses.replace(dlm, expand_id=None, delete_id=None)
     job = fill.prepare_infill("ab⟦fill⟧cd", dlm=plain)
     assert job.growth is None and job.sized is not None  # probed, as before
+
+
+def test_the_guard_holds_while_the_fill_grows():
+    """A model that knows a fill which breaks the file: unguarded it is written; guarded, with the holes growing
+    under it (a witness for the holes that exist now), what comes out parses."""
+    dlm, _ = knowing("x = ", "\ny = 2\n", "(1 + [2")
+    plain = fill.prepare_infill("x = ⟦fill⟧\ny = 2\n", dlm=dlm, lang="python").run()
+    assert plain.text == "x = (1 + [2\ny = 2\n" and plain.breakage.broken and plain.expanded == 3
+    guarded = fill.prepare_infill("x = ⟦fill⟧\ny = 2\n", dlm=dlm, lang="python", options={"guard": True}).run()
+    assert not guarded.breakage.broken and guarded.guard is not None, guarded.text
