@@ -132,7 +132,9 @@ def adapt(
         eot_token=EOT_TOKEN,
         pad_token=PAD_TOKEN,
     )
-    return with_expand(dlm, hf.first_id(config.get("expand_token_id"), hf.token_id(tok, EXPAND_TOKEN), vocab_size=vocab))
+    return with_expand(
+        dlm, hf.first_id(config.get("expand_token_id"), hf.token_id(tok, EXPAND_TOKEN), vocab_size=vocab)
+    )
 
 
 def with_expand(dlm: Dlm, expand: int | None) -> Dlm:
