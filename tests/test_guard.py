@@ -400,3 +400,39 @@ def test_the_judge_s_tree_sitter_first_look_agrees_with_the_full_rule(shipped):
         canvas = dataclasses.replace(job.plan.canvas, tokens=tokens, span=None)
         filled = spans.splice(job.plan, canvas, shipped.tokenizer, drop_ids=shipped.special_ids)
         assert (job.judge(tokens) == 0) == (not job.breakage(filled, filled.text).broken)
+
+
+# ---------------------------------------------------------------- first witnesses where the guard used to give up
+
+ATTACKS = [  # (language, file with a hole): each cut once left the guard without a first witness
+    ("python", 'def f(x):\n    """Doc⟦fill:12⟧\n        return x\n'),  # close the docstring, then open a block
+    ("python", "def f():\n⟦fill:8⟧\n        g()\n    except ValueError:\n        pass\n"),  # the `try:` line
+    ("python", "try:\n    a = 1\nexcept E:\n    a = None\n⟦fill:8⟧\n    b = 2\nexcept E:\n    b = None\n"),
+    ("python", "def f(x):\n    if x:\n        try:\n⟦fill:16⟧\n\ndef g():\n    pass\n"),  # a `try` whose `except` went
+    ("python", "def f():\n  ⟦fill:6⟧  x = 1\n    return x\n"),  # a cut inside leading indentation
+    ("python", "def f(x):\n\tif x:\n⟦fill:6⟧\n\t\ty = 2\n\telse:\n\t\ty = 3\n\treturn y\n"),  # tabs
+    ("python", "d = {'a': 1, 'b': ⟦fill:4⟧: 3, 'd': 4}\n"),  # a dict literal cut between items
+    ("python", "d = {\n    'a': 1,\n    'b':⟦fill:4⟧\n    'c': 3,\n}\n"),
+    ("python", "def f():\n⟦fill:6⟧ docstring.\n    \"\"\"\n    return 1\n"),  # the code after starts in a string
+    ("python", "for i in range(3):\n    y = ⟦fill:6⟧ x > 1:\n        print(x)\n"),  # the hole ends in a head
+    ("python", "def f(self):\n    self.pos = j⟦fill:8⟧i:j]\n    return data\n"),
+    ("c", "#define X 1\n#if X\nint a = ⟦fill:4⟧\n#endif\nint b;\n"),  # preprocessor lines
+    ("rust", 'fn main() { let s = ⟦fill:3⟧b"#; }\n'),  # a raw string the hole must open
+]
+
+
+@pytest.mark.parametrize("lang, text", ATTACKS, ids=[f"{lang}-{i}" for i, (lang, _) in enumerate(ATTACKS)])
+def test_the_attack_classes_have_a_first_witness(shipped, lang, text):
+    job = job_for(shipped, text, lang)
+    witness = job.decoder.completer.witness
+    assert witness is not None, "no first witness: the decode would run unguarded"
+    held = job.plan.canvas.tokens != shipped.mask_id
+    assert torch.equal(witness[held], job.plan.canvas.tokens[held]) and job.judge(witness) == 0
+
+
+def test_a_window_that_begins_inside_a_docstring_reads_the_literal_state_of_the_whole_text():
+    doc = 'def f():\n    """' + "text line\n" * 800 + '    """\n    x = '
+    assert guard.open_literal(doc, "python") == ""
+    assert guard.open_literal(doc + '"abc', "python") == '"'
+    assert guard.open_literal('x = 1  # it\'s', "python") == "\n"
+    assert guard.open_literal("int x; /* a", "c") == "*/" and guard.open_literal("let s = `a ${b", "javascript") == "`"

@@ -36,6 +36,7 @@ unguarded, and the job says so (docs/guard.md).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import re
 import time
@@ -47,6 +48,7 @@ import torch
 from torch import Tensor
 
 from ..core import sampling
+from . import pyshape
 
 Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax errors of its splice (0: passes)
 Around = Callable[
@@ -386,7 +388,7 @@ class Fillers:
 
     def __init__(self, lang: str, tokenizer: Any, blank: int | None) -> None:
         self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
-        self.memo: dict[tuple[str, str, int], list[list[int]]] = {}
+        self.memo: dict[tuple[int, str, str, int, int], list[list[int]]] = {}
         self.escapes: dict[int, bool] = {}
 
     def escape(self, token: int) -> bool:
@@ -399,10 +401,10 @@ class Fillers:
         return found
 
     def __call__(self, before: str, after: str, n: int) -> list[list[int]]:
-        key = (before[-CONTEXT:], after[:CONTEXT], n)
-        found = self.memo.get(key)
+        key = (len(before), before[-CONTEXT:], after[:CONTEXT], len(after), n)  # a hole's text before it is
+        found = self.memo.get(key)  # the plan's, up to what the decode wrote in it: its end and length tell it
         if found is None:
-            found = fits(fillers(self.lang, key[0], key[1], self.blank is not None), n, self.tokenizer, self.blank)
+            found = fits(fillers(self.lang, before, after, self.blank is not None), n, self.tokenizer, self.blank)
             if len(self.memo) < CACHE:
                 self.memo[key] = found
         return found
@@ -491,6 +493,18 @@ def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
     out = [Filler("", "", "")] if blank else []
     if inside:  # the hole starts inside a string or comment: end it first
         out += [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
+    quote = opened_after(after, lang)
+    if quote and not inside:  # the code after the hole starts inside a string: open it
+        out += [
+            Filler(i + q, "x", "")
+            for q in openers_of(quote, after, lang)
+            for i in [*indents(before, after), " ", ""][:3]
+        ]
+    if lang in ("c", "cpp"):
+        out += directives(before, after)
+    if lang == "python":  # lines that fit the blocks around, checked line by line (pyshape.py)
+        out += [Filler(inside + start, " ", end) for start, end in pyshape.inline(before + inside, after, quote)]
+        out += [Filler(inside + start, " ", end) for start, end in pyshape.bridges(before + inside, after)]
     for body in bodies(lang, before, after):
         out.append(body)
         if close or opens:
@@ -502,6 +516,8 @@ def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
 
 C_BODIES = (
     Filler("/*", "x", "*/"),
+    Filler("x", " ", ";"),
+    Filler(" x", " ", ";"),
     Filler(";/*", "x", "*/"),
     Filler("x;/*", "x", "*/"),
     Filler("x/*", "x", "*/"),
@@ -599,45 +615,92 @@ STRINGS = re.compile(
 )
 
 
-PY_LITERAL = re.compile("\"\"\"|'''|[\"'#]")
-C_LITERAL = re.compile("[\"'`]|//|/\\*")
+LEXED = {  # literals and comments, leftmost first, each to the end of the text when it is not closed
+    "python": re.compile(
+        r"""(?P<q>'''|\"\"\")(?:.*?(?P=q)|.*)|(?P<s>['"])(?:\\.|(?!(?P=s))[^\\\n])*(?:(?P=s)|\Z)|#[^\n]*""", re.S
+    ),
+    "c": re.compile(
+        r"""/\*(?:.*?\*/|.*)|//[^\n]*|`(?:\\.|[^`\\])*(?:`|\Z)"""
+        r"""|(?P<s>['"])(?:\\.|(?!(?P=s))[^\\\n])*(?:(?P=s)|\Z)""",
+        re.S,
+    ),
+}
 
 
 def open_literal(before: str, lang: str) -> str:
     """What ends the string or comment that `before` stops inside ("" when it stops in code), roughly:
-    quotes with backslash escapes, Python's triple quotes, line and block comments."""
-    python = lang == "python"
-    starts = PY_LITERAL if python else C_LITERAL
-    text, i = before[-CONTEXT:], 0
-    while (found := starts.search(text, i)) is not None:
-        start = found.group()
-        if start in ("#", "//", "/*"):
-            stop = "*/" if start == "/*" else "\n"
-            end = text.find(stop, found.end())
-            if end < 0:
-                return stop
-            i = end + len(stop)
-        else:
-            end = _literal_end(text, found.end(), start)
-            if end < 0:
-                return start
-            i = end
+    quotes with backslash escapes, Python's triple quotes, line and block comments, JavaScript's template
+    literals. The whole text is lexed (a window could begin inside a docstring and read it inside out);
+    a one-line string cut by a line break counts as ended there (the user's code is broken, not ours)."""
+    last = next(iter(collections.deque(LEXED["python" if lang == "python" else "c"].finditer(before), 1)), None)
+    if last is None or last.end() != len(before):
+        return ""
+    text = last.group()
+    if text.startswith(("#", "//")):
+        return "\n"
+    for opener in ("'''", '"""', "/*", "`", "'", '"'):
+        if text.startswith(opener):
+            closer = "*/" if opener == "/*" else opener
+            done = len(text) >= 2 * len(opener) and text.endswith(closer) and not _escaped(text, len(closer))
+            return "" if done else closer
     return ""
 
 
-def _literal_end(text: str, at: int, quote: str) -> int:
-    """Where a literal opened by `quote` before `at` ends (after its closing quote); -1: still open at the end.
-    A one-line string cut by a line break counts as ended there (the user's code is broken, not ours)."""
-    while at < len(text):
-        if text[at] == "\\":
-            at += 2
-        elif text.startswith(quote, at):
-            return at + len(quote)
-        elif text[at] == "\n" and len(quote) == 1 and quote != "`":
-            return at + 1
-        else:
-            at += 1
-    return -1
+def _escaped(text: str, tail: int) -> bool:
+    """Whether the closer that ends `text` is escaped by an odd run of backslashes before it."""
+    body = text[: len(text) - tail]
+    return (len(body) - len(body.rstrip("\\"))) % 2 == 1
+
+
+def openers_of(quote: str, after: str, lang: str) -> list[str]:
+    """What may open the string `after` starts inside of: the quote, or a raw string's opener that its end
+    names (Rust's `r#"` for `"#`, C++'s `R"(` for `)"`)."""
+    first = after.split("\n", 1)[0]
+    raw = {"rust": ('"#', 'r#"'), "cpp": (')"', 'R"(')}.get(lang)
+    return [quote] + ([raw[1]] if raw is not None and quote == '"' and raw[0] in first else [])
+
+
+DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b", re.M)
+
+
+def directives(before: str, after: str) -> list[Filler]:
+    """C preprocessor fillers: the `#` of a directive the hole cut at its start, an `#if` for an `#endif` (or
+    `#else`) after the hole that lost its `#if`, an `#endif` for an `#if` before it that lost its own. A
+    directive holds a whole line, so each stands on lines of its own."""
+    out = []
+    line = before[before.rfind("\n") + 1 :]
+    if not line.strip() and re.match(r"(include|define|if|ifdef|ifndef|elif|else|endif|pragma|undef)\b", after):
+        out.append(Filler("#", " ", ""))
+    depth, need = 0, 0
+    for m in DIRECTIVE.finditer(after[:CONTEXT]):
+        depth += m.group(1).startswith("if") - (m.group(1) == "endif")
+        if depth < 0 or (depth == 0 and m.group(1) in ("else", "elif")):
+            need = 1
+            break
+    opened = sum((m.group(1).startswith("if")) - (m.group(1) == "endif") for m in DIRECTIVE.finditer(before[-CONTEXT:]))
+    head = "" if not line.strip() else "\n"
+    if need:
+        out.append(Filler(head + "#if x\n", " ", ""))
+    if opened > 0 and not need:
+        out.append(Filler(head + "\n#endif\n", " ", ""))
+    return out
+
+
+def opened_after(after: str, lang: str) -> str:
+    """The quote of a string that `after` starts inside of, roughly ("" when it starts in code): an odd count
+    of a triple quote in its window, or of a one-line quote (or JavaScript's backtick) on its first line."""
+    window = after[:CONTEXT]
+    for quote in ('"""', "'''") if lang == "python" else ("`",):
+        if _odd(window, quote):
+            return quote
+    first = window.split("\n", 1)[0]
+    if '"""' in first or "'''" in first:
+        return ""
+    return next((q for q in ('"', "'") if _odd(first, q)), "")
+
+
+def _odd(text: str, quote: str) -> bool:
+    return (text.count(quote) - text.count("\\" + quote)) % 2 == 1
 
 
 def balance(before: str, after: str) -> tuple[str, str]:

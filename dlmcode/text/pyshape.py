@@ -1,0 +1,469 @@
+"""Python's line structure, for the guard's fillers: what a hole must write so that the code after it fits.
+
+The guard's first witness (dlmcode/text/guard.py) must bridge the code before a hole to the code
+after it. In Python that is a question of lines: a docstring the hole must close before it opens a
+block, a `try:` whose `except` the hole replaced, a body the line above still waits for, the head
+of a statement the hole cut in two. This module answers it without the judge:
+- `Shape` replays logical lines (strings and comments masked, bracketed lines joined) on a stack
+  of open blocks, as CPython's tokenizer and parser would see their indentation: an indented body
+  after every head, dedents only to a level seen before, `except`/`else`/`elif`/`finally` only
+  after their own kind of statement, no `try` left without its `except`;
+- `bridges` lists the shortest texts (head fix, then lines, then the start of the line the hole
+  ends in) under which the code after the hole replays with no such error, the pieces of a line
+  checked by CPython's parser on that line alone.
+Every bridge is a candidate only: the judge (the breakage rule) still decides each witness.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+MASK = re.compile(
+    r"[rRbBuUfF]{0,2}('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\")|#[^\n]*", re.S
+)
+WORD = re.compile(r"[A-Za-z_]+")
+NEXT = {  # the statements a continuation may follow, by the kind of the one before it
+    "try": ("except", "finally"),
+    "except": ("except", "else", "finally"),
+    "tryelse": ("finally",),
+    "if": ("elif", "else"),
+    "elif": ("elif", "else"),
+    "for": ("else",),
+    "while": ("else",),
+}
+CONTINUATIONS = ("elif", "else", "except", "finally")
+AHEAD = 40  # logical lines after the hole replayed for a bridge (ours: deeper errors are the judge's)
+HEADS = ("", " x", "x", "()", "():", "(x)", ":", " x:", " = x", "x = x", " x()")  # what may finish a cut line
+TAILS = (
+    "",
+    "x",
+    "x =",
+    "x = x",
+    "x.",
+    "def x",
+    "if",
+    "if x",
+    "return",
+    "import",
+    "for x in",
+    "with x",
+    "class x",
+    "del x",
+)
+
+
+def mask(text: str) -> str:
+    """`text` with every string a bare `S` (a multi-line one on one line) and every comment gone."""
+    return MASK.sub(lambda m: "S" if m.group(1) else "", text)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One logical line: its indentation (as written) and its code, stripped."""
+
+    indent: str
+    code: str
+
+    @property
+    def word(self) -> str:
+        found = WORD.match(self.code)
+        return found.group() if found else ""
+
+    @property
+    def head(self) -> bool:
+        return self.code.endswith(":")
+
+
+def lines(text: str) -> list[Line]:
+    """The logical lines of `text` (masked first): bracketed and backslash-continued lines joined."""
+    out: list[Line] = []
+    depth, current, indent = 0, "", None
+    for raw in mask(text).split("\n"):
+        if indent is None:
+            if not raw.strip():
+                continue
+            indent = raw[: len(raw) - len(raw.lstrip())]
+        current += " " + raw.strip()
+        depth = max(0, depth + sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}"))
+        if depth == 0 and not raw.endswith("\\"):
+            out.append(Line(indent, current.strip()))
+            current, indent = "", None
+    if indent is not None and current.strip():
+        out.append(Line(indent, current.strip()))
+    return out
+
+
+@dataclass
+class Block:
+    head: str  # the indentation of its head line
+    kind: str  # try, except, tryelse, if, elif, for, while, or "" (any other head)
+    body: str | None = None  # the indentation of its body, once a body line is seen
+
+
+@dataclass
+class Shape:
+    """A replay of logical lines on the stack of open blocks; `errors` counts what CPython would refuse."""
+
+    blocks: list[Block] = field(default_factory=list)
+    base: str | None = None
+    errors: int = 0
+
+    def copy(self) -> Shape:
+        return Shape([Block(b.head, b.kind, b.body) for b in self.blocks], self.base, self.errors)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the last head still waits for its body."""
+        return bool(self.blocks) and self.blocks[-1].body is None
+
+    def levels(self) -> list[str]:
+        """The indentations a statement may start at now, deepest first."""
+        if self.waiting:
+            return []
+        found = [b.body for b in reversed(self.blocks) if b.body is not None]
+        return found + [self.base if self.base is not None else ""]
+
+    def step(self) -> str:
+        """One level of indentation as this code writes it."""
+        for b in reversed(self.blocks):
+            if b.body is not None and b.body.startswith(b.head) and len(b.body) > len(b.head):
+                return b.body[len(b.head) :]
+        return "    "
+
+    def feed(self, line: Line) -> Shape:
+        """One more logical line: a body for a waiting head, or a statement at a level open now."""
+        d, word = line.indent, line.word
+        prev = None
+        if self.waiting and len(d) > len(self.blocks[-1].head):
+            self.blocks[-1].body = d
+        else:
+            if self.waiting:  # a head with no body: CPython's "expected an indented block"
+                self.errors += 1
+                self.blocks.pop()
+            prev = self.dedent(d, word)
+        if line.head:
+            self.blocks.append(Block(d, kind_of(word, prev)))
+        return self
+
+    def dedent(self, d: str, word: str) -> Block | None:
+        """Close the blocks deeper than `d` (a lost `try`, a dedent to no level and a misplaced continuation
+        count); the compound statement just closed at `d`, if any."""
+        prev: Block | None = None
+        while self.blocks and self.blocks[-1].body is not None and len(d) < len(self.blocks[-1].body):
+            closed = self.blocks.pop()
+            if closed.kind == "try" and not (len(closed.head) == len(d) and word in ("except", "finally")):
+                self.errors += 1
+            prev = closed if len(closed.head) == len(d) else prev
+        level = self.blocks[-1].body if self.blocks else self.base
+        if level is None:
+            self.base = level = d
+        if not self.blocks and len(d) < len(level):
+            self.base = level = d  # the window began inside blocks it cannot see: they close here
+        if len(d) != len(level):
+            self.errors += 1
+        if word in CONTINUATIONS and (prev is None or word not in NEXT.get(prev.kind, ())):
+            self.errors += 1
+        return prev
+
+    def end(self) -> int:
+        """Errors once the file ends here: a head without a body, a `try` without its `except`."""
+        return self.errors + self.waiting + sum(b.kind == "try" for b in self.blocks)
+
+
+def kind_of(word: str, prev: Block | None) -> str:
+    """The kind of a new head, for what may follow it (`else` after `except` takes a `finally`)."""
+    if word == "else" and prev is not None and prev.kind in ("except", "tryelse"):
+        return "tryelse"
+    return word if word in NEXT else ""
+
+
+def replay(found: list[Line], shape: Shape | None = None) -> Shape:
+    shape = shape if shape is not None else Shape()
+    for line in found:
+        shape.feed(line)
+    return shape
+
+
+@functools.lru_cache(maxsize=4096)
+def parses(code: str) -> bool:
+    """Whether one logical line (no indentation) parses on its own, in a function and a loop: a head gets a body,
+    a continuation the statement it needs."""
+    body = code + ("\n  pass" if code.rstrip().endswith(":") else "")
+    word = WORD.match(code)
+    if word and word.group() in ("elif", "else"):
+        body = "if x:\n  pass\n" + body
+    elif word and word.group() in ("except", "finally"):
+        body = "try:\n  pass\n" + body
+    wrapped = "async def _():\n for _ in x:\n" + "\n".join("  " + s for s in body.split("\n"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # `(x)()` and the like warn; only errors count here
+            compile(wrapped, "<bridge>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def bridges(before: str, after: str, limit: int = 6) -> tuple[tuple[str, str], ...]:
+    """(start, end) pairs a hole between `before` and `after` may hold around its padding, shortest first:
+    the rest of the cut line and the lines between (start), then the start of the line the hole ends in
+    (end), such that the code after replays with no new error."""
+    window = before[code_start(before, len(before) - WINDOW) :]
+    found = lines(window)
+    line = before[before.rfind("\n") + 1 :]
+    cut = found.pop() if found and (line.strip() or _depth(mask(window)) > 0) else None
+    if cut is not None and len(cut.code) > LONG:
+        return ()  # inside a long bracketed literal: the expression fillers' (`inline`)
+    shape = replay(found)
+    whole = len(after) < AFTER  # the file ends within the window: what is open at its end counts
+    after = after[: code_end(after, AFTER)]
+    ahead = lines(after)
+    tail = ahead.pop(0) if ahead and after[:1] not in ("\n", "\r") and mask(after.split("\n", 1)[0]).strip() else None
+    whole = whole and len(ahead) <= AHEAD
+    out: list[tuple[str, str]] = []
+    for head in _heads(cut):
+        start = shape.copy()
+        if cut is not None:
+            start.feed(Line(cut.indent, cut.code + mask(head)))
+        for middle, ending in _middles(start, None if cut is not None else line, tail, ahead[:AHEAD], whole):
+            out.append((head + ("\n" + middle if cut is not None and middle else middle), ending))
+            if len(out) >= limit:
+                break
+        if len(out) >= limit:
+            break
+    return tuple(sorted(set(out), key=lambda p: (len(p[0]) + len(p[1]), p)))
+
+
+WINDOW = 16000  # characters before a hole the bridge replays (ours: blocks opened further away are assumed open)
+AFTER = 4000  # characters after it (AHEAD logical lines at most)
+LONG = 2000  # characters of a cut statement the bridge reads at most (ours)
+
+
+def code_start(text: str, at: int) -> int:
+    """The first line start at or after `at` that is not inside a string (0 when `at` <= 0)."""
+    if at <= 0:
+        return 0
+    for found in MASK.finditer(text):
+        if found.end() > at:
+            at = max(at, found.end()) if found.start() < at else at
+            break
+    line = text.find("\n", at - 1)
+    return len(text) if line < 0 else line + 1
+
+
+def code_end(text: str, at: int) -> int:
+    """The last line end at or before `at` that is not inside a string (`len(text)` when `at` reaches it)."""
+    if at >= len(text):
+        return len(text)
+    for found in MASK.finditer(text, 0, at + 4 * AFTER):
+        if found.end() > at:
+            at = min(at, found.start())
+            break
+    line = text.rfind("\n", 0, at)
+    return max(line, 0)
+
+
+def inline(before: str, after: str, quote: str = "") -> tuple[tuple[str, str], ...]:
+    """(start, end) pairs for a hole inside one statement (brackets open at the hole, or the code after it
+    starting inside a string of `quote`), such that the statement parses on its own: the innermost
+    brackets' item around the hole, with the outer brackets as bare openers and closers."""
+    head = _item(mask(before[code_start(before, len(before) - WINDOW) :]))
+    if head is None:
+        return ()
+    openers, fragment = head
+    tail = _rest(mask(quote + after[: code_end(after, AFTER)]), len(openers))
+    if tail is None or not (openers or quote or _openers(tail)):
+        return ()
+    out = []
+    lead = "x = " + openers if openers else ""
+    for start, end in INLINE:
+        if parses(lead + fragment + start + end + tail + _closers(openers)):
+            out.append((start, end + quote))
+            if len(out) >= 3:
+                break
+    return tuple(out)
+
+
+INLINE = (  # expression pieces a hole inside brackets may hold around its padding (ours)
+    ("x", ""),
+    (" x", ""),
+    (" x", ","),
+    ("x", ","),
+    (" x", ":"),
+    ("x", ":"),
+    (" x", ", x"),
+    (" x:", " x,"),
+    ("", ", x"),
+    (" x", ")"),
+    ("x(x", ""),
+    ("(x", ""),
+    (" = x(", ""),
+    (" x(", ""),
+    ("(", ""),
+    ("x(", ""),
+    ("[", ""),
+    (" + x(", ""),
+    ("[x", ""),
+    ("x[x", ""),
+)
+
+
+def _item(masked: str) -> tuple[str, str] | None:
+    """(the open brackets outside the hole's item, the item's text so far) of the statement `masked` ends in;
+    None when it ends in no statement it can read."""
+    stack: list[tuple[str, int]] = []
+    start = masked.rfind("\n") + 1
+    for i, ch in enumerate(masked):
+        if ch in "([{":
+            stack.append((ch, i))
+        elif ch in ")]}" and stack:
+            stack.pop()
+        elif ch == "\n" and not stack:
+            start = i + 1
+    if not stack:
+        return "", masked[start:].strip()
+    inner, at = stack[-1]
+    comma = max(masked.rfind(",", at), at)
+    return "".join(c for c, _ in stack), masked[comma + 1 :].strip()
+
+
+def _rest(masked: str, depth: int) -> str | None:
+    """The text after the hole to the end of the innermost item (the next comma at its depth, or its closer),
+    then nothing more: the closers of the outer brackets are added by the caller."""
+    level = 0
+    for i, ch in enumerate(masked):
+        if ch in "([{":
+            level += 1
+        elif ch in ")]}":
+            if level == 0 and depth:
+                return masked[:i]
+            level -= 1
+        elif ch == "," and level == 0 and depth:
+            return masked[:i]
+        elif ch == "\n" and level <= 0 and not depth:
+            return masked[:i]
+    return masked if not depth else None
+
+
+def _heads(cut: Line | None) -> Iterator[str]:
+    """Texts that finish the cut logical line so that it parses (none on a blank line)."""
+    if cut is None:
+        yield ""
+        return
+    close = _closers(cut.code)
+    for head in HEADS:
+        if parses(cut.code + close + head):
+            yield close + head
+
+
+def _middles(
+    shape: Shape, blank: str | None, tail: Line | None, rest: list[Line], whole: bool
+) -> Iterator[tuple[str, str]]:
+    """(lines, ending) after the fixed head: the lines, then the start of the hole's last line, for which the
+    code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed)."""
+    step = shape.step()
+    for planned in _plans(shape, step):
+        now = shape.copy()
+        for text in planned:
+            now.feed(Line(_lead(text), text.strip()))
+        if now.errors > shape.errors:
+            continue
+        text = "\n".join(planned)
+        if blank is not None and planned:
+            text = text[len(blank) :] if text.startswith(blank) else "\n" + text
+        for ending in itertools.islice(_endings(now, tail, rest, step, whole, shape.errors), 2):
+            yield text, ending  # a new line even after a blank one: the padding goes before it, not in its indentation
+
+
+def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
+    """Candidate lines: a body for a waiting head, an `except` for open `try`s, then heads down to a depth."""
+    yield []  # nothing: the code after the hole fits as it is (it may be the body a head waits for)
+    body = [shape.blocks[-1].head + step + "pass"] if shape.waiting else []
+    if body:
+        yield body
+    start = shape.copy()
+    for text in body:
+        start.feed(Line(_lead(text), "pass"))
+    for level in start.levels():
+        closes = []
+        for b in reversed(start.blocks):
+            if b.kind == "try" and len(b.head) >= len(level):
+                closes += [b.head + "except x:", b.head + step + "pass"]
+        if closes:
+            yield body + closes
+            yield body + closes[:-1]  # the last `except` heads the lines below
+        for depth in range(1, 4):
+            for last in ("if x:", "try:"):
+                chain = [level + step * n + "if x:" for n in range(depth - 1)] + [level + step * (depth - 1) + last]
+                yield body + closes + chain
+                yield body + closes + chain + [level + step * depth + "pass"]
+
+
+def _endings(shape: Shape, tail: Line | None, rest: list[Line], step: str, whole: bool, base: int) -> Iterator[str]:
+    """The end of the fill: nothing (the hole ends its line), or a new line's indentation and the start of a
+    statement that the rest of the hole's last line (`tail`) finishes, at each level that replays cleanly."""
+    if tail is None:
+        if _clean(replay(rest, shape.copy()), whole, base):
+            yield ""
+        return
+    levels = shape.levels() or [shape.blocks[-1].head + step]
+    opens = _openers(tail.code)
+    for start in (s + opens + x for s in TAILS for x in ("", "x")) if opens else TAILS:
+        start = start + " " if start and start[-1] not in "([{." else start
+        code = start + tail.code
+        if not parses(code):
+            continue
+        for level in levels:
+            if start:
+                indent = level
+            elif level.endswith(tail.indent) and len(level) >= len(tail.indent):
+                indent = level[: len(level) - len(tail.indent)]
+            else:
+                continue
+            if _clean(replay(rest, shape.copy().feed(Line(level, code))), whole, base):
+                yield "\n" + indent + start
+                break
+
+
+def _clean(shape: Shape, whole: bool, base: int) -> bool:
+    return (shape.end() if whole else shape.errors) == base
+
+
+def _lead(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _depth(text: str) -> int:
+    depth = 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}" and depth > 0
+    return depth
+
+
+def _closers(code: str) -> str:
+    """What closes the brackets `code` leaves open, innermost first."""
+    stack: list[str] = []
+    for ch in code:
+        if ch in "([{":
+            stack.append(")]}"["([{".index(ch)])
+        elif ch in ")]}" and stack and stack[-1] == ch:
+            stack.pop()
+    return "".join(reversed(stack))
+
+
+def _openers(code: str) -> str:
+    """What opens the closers `code` has no opener for, outermost first."""
+    stack: list[str] = []
+    for ch in reversed(code):
+        if ch in ")]}":
+            stack.append("([{"[")]}".index(ch)])
+        elif ch in "([{" and stack and stack[-1] == ch:
+            stack.pop()
+    return "".join(stack)

@@ -1,0 +1,60 @@
+"""Python's line structure for the guard's fillers (dlmcode/text/pyshape.py): the replay counts what CPython
+refuses, and every bridge it proposes makes the file compile."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlmcode.text import pyshape
+
+
+def errors(text: str) -> int:
+    return pyshape.replay(pyshape.lines(text)).end()
+
+
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ("if a:\n    b = 1\nelse:\n    c = 2\n", 0),
+        ("try:\n    a = 1\nexcept E:\n    pass\nelse:\n    b\nfinally:\n    c\n", 0),
+        ("x = (1,\n  2)\nif x:\n  y = '''\nz\n'''\n", 0),
+        ("try:\n    a = 1\nb = 2\n", 1),  # a try without its except
+        ("if a:\n    b = 1\n  c = 2\n", 1),  # a dedent to no level seen
+        ("x = 1\nelse:\n    y = 2\n", 1),  # a continuation after a plain statement
+        ("def f():\nx = 1\n", 1),  # a head without its body
+        ("for x in y:\n    pass\nexcept E:\n    pass\n", 1),  # except after a loop
+    ],
+)
+def test_the_replay_counts_what_cpython_refuses(text, bad):
+    assert errors(text) == bad
+    assert (bad == 0) == _compiles(text)
+
+
+def _compiles(text: str) -> bool:
+    try:
+        compile(text, "<t>", "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
+CUTS = [  # (before, after): every bridge proposed for them compiles once filled in
+    ("def f():\n    try:\n", "\n\ndef g():\n    pass\n"),
+    ("class E(Exception):\n    pass\n", "\n    from a import b\nexcept ImportError:\n    b = None\n"),
+    ("if a:\n    member_list =", " sorted(m):\n        x = 1\n"),
+    ("def f(self):\n    i = self.pos\n    self.pos = j", "i:j]\n    return data\n"),
+    ("def f():\n\tif a:\n", "\n\t\tb = 1\n\telse:\n\t\tb = 2\n"),
+]
+
+
+@pytest.mark.parametrize("before, after", CUTS)
+def test_every_bridge_compiles(before, after):
+    found = pyshape.bridges(before, after)
+    assert found, "no bridge"
+    for start, end in found:
+        assert _compiles(before + start + "  " + end + after), (start, end)
+
+
+def test_an_item_cut_inside_brackets_gets_an_expression_that_parses():
+    found = pyshape.inline("d = {\n    'a': 1,\n    'b':", "\n    'c': 3,\n}\n")
+    assert found and all(_compiles("d = {\n    'a': 1,\n    'b':" + s + " " + e + "\n    'c': 3,\n}\n") for s, e in found)
