@@ -56,5 +56,6 @@ def test_every_bridge_compiles(before, after):
 
 
 def test_an_item_cut_inside_brackets_gets_an_expression_that_parses():
-    found = pyshape.inline("d = {\n    'a': 1,\n    'b':", "\n    'c': 3,\n}\n")
-    assert found and all(_compiles("d = {\n    'a': 1,\n    'b':" + s + " " + e + "\n    'c': 3,\n}\n") for s, e in found)
+    before, after = "d = {\n    'a': 1,\n    'b':", "\n    'c': 3,\n}\n"
+    found = pyshape.inline(before, after)
+    assert found and all(_compiles(before + s + " " + e + after) for s, e in found)
