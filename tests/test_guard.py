@@ -413,7 +413,7 @@ ATTACKS = [  # (language, file with a hole): each cut once left the guard withou
     ("python", "def f(x):\n\tif x:\n⟦fill:6⟧\n\t\ty = 2\n\telse:\n\t\ty = 3\n\treturn y\n"),  # tabs
     ("python", "d = {'a': 1, 'b': ⟦fill:4⟧: 3, 'd': 4}\n"),  # a dict literal cut between items
     ("python", "d = {\n    'a': 1,\n    'b':⟦fill:4⟧\n    'c': 3,\n}\n"),
-    ("python", "def f():\n⟦fill:6⟧ docstring.\n    \"\"\"\n    return 1\n"),  # the code after starts in a string
+    ("python", 'def f():\n⟦fill:6⟧ docstring.\n    """\n    return 1\n'),  # the code after starts in a string
     ("python", "for i in range(3):\n    y = ⟦fill:6⟧ x > 1:\n        print(x)\n"),  # the hole ends in a head
     ("python", "def f(self):\n    self.pos = j⟦fill:8⟧i:j]\n    return data\n"),
     ("c", "#define X 1\n#if X\nint a = ⟦fill:4⟧\n#endif\nint b;\n"),  # preprocessor lines
@@ -434,5 +434,5 @@ def test_a_window_that_begins_inside_a_docstring_reads_the_literal_state_of_the_
     doc = 'def f():\n    """' + "text line\n" * 800 + '    """\n    x = '
     assert guard.open_literal(doc, "python") == ""
     assert guard.open_literal(doc + '"abc', "python") == '"'
-    assert guard.open_literal('x = 1  # it\'s', "python") == "\n"
+    assert guard.open_literal("x = 1  # it's", "python") == "\n"
     assert guard.open_literal("int x; /* a", "c") == "*/" and guard.open_literal("let s = `a ${b", "javascript") == "`"
