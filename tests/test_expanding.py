@@ -123,9 +123,10 @@ def test_edited_plan_moves_the_holes_after_an_edit():
     tokens[first.start] = EXPAND
     tokens[second.start] = PAD
     canvas = dataclasses.replace(plan.canvas, tokens=tokens)
-    new = expanding.edited(plan, canvas, [0, 1], expanding.Tokens(EXPAND, PAD))
+    new, moved = expanding.edited(plan, canvas, [0, 1], expanding.Tokens(EXPAND, PAD))
     assert [len(r) for r in new.positions] == [3, 0]
     assert new.canvas.tokens.tolist() == [BOS, 4 + ord("a"), MASK, MASK, MASK, 4 + ord("b"), 4 + ord("c"), EOS]
+    assert moved.tolist() == [0, 1, -1, 4, 5, -1, -1, 6, 7]  # the expand and the deleted fill leave; the rest move
 
 
 def test_generate_auto_grows_the_continuation():
@@ -150,3 +151,58 @@ def test_the_guard_holds_while_the_fill_grows():
     assert plain.text == "x = (1 + [2\ny = 2\n" and plain.breakage.broken and plain.expanded == 3
     guarded = fill.prepare_infill("x = ⟦fill⟧\ny = 2\n", dlm=dlm, lang="python", options={"guard": True}).run()
     assert not guarded.breakage.broken and guarded.guard is not None, guarded.text
+
+
+# ---------------------------------------------------------------- serve: one rule for every editor face
+
+PREFIX = "def add(a, b):\n    "
+SUFFIX = "\n\n\nprint(add(1, 2))\n"
+LINES = "x = a + b\n    y = x * 2\n    return y"
+
+
+def test_serve_grows_the_fill_and_streams_it_in_whole_lines():
+    from dlmcode.serve.engine import Engine
+    from dlmcode.serve.request import Fill
+
+    dlm, predict = knowing(PREFIX.rstrip(" \t"), SUFFIX, LINES)
+    engine = Engine(dlm, lang="python", lines=0)
+    pieces: list[str] = []
+    answer = engine.run(Fill(PREFIX, SUFFIX, ceiling=48), emit=pieces.append)
+    assert answer.text == LINES and answer.holes == len(LINES) and answer.stop == "end"
+    assert answer.calls == predict.calls == (len(LINES) - expanding.START) + len(LINES)  # expands, then tokens
+    assert pieces == ["x = a + b", "\n    y = x * 2"] and "".join(pieces) == LINES[: len("".join(pieces))]
+    short, _ = knowing(PREFIX.rstrip(" \t"), SUFFIX, "x")
+    assert Engine(short, lang="python", lines=0).run(Fill(PREFIX, SUFFIX, ceiling=48)).text == "x"
+
+
+def test_serve_batches_growing_fills_and_answers_each():
+    import asyncio
+
+    from dlmcode.serve.engine import Engine
+    from dlmcode.serve.queue import Queue
+    from dlmcode.serve.request import Fill
+
+    dlm, predict = knowing(PREFIX.rstrip(" \t"), SUFFIX, LINES)
+    queue = Queue(Engine(dlm, lang="python", lines=0, batch=3))
+
+    async def arrive():
+        return await asyncio.gather(*(queue.answer(Fill(PREFIX, SUFFIX, ceiling=48, seed=i)) for i in range(3)))
+
+    answers = asyncio.run(arrive())
+    assert [a.text for a in answers] == [LINES] * 3
+    assert queue.counters.rows == predict.calls and queue.counters.forwards < queue.counters.rows  # shared forwards
+
+
+def test_openai_n_2_and_ollama_grow_the_fill():
+    from starlette.testclient import TestClient
+
+    from dlmcode.serve.app import make_app
+    from dlmcode.serve.engine import Engine
+
+    dlm, _ = knowing(PREFIX.rstrip(" \t"), SUFFIX, LINES)
+    c = TestClient(make_app(Engine(dlm, lang="python", lines=0)))
+    body = {"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 48, "n": 2}
+    choices = c.post("/v1/completions", json=body).json()["choices"]
+    assert [ch["text"] for ch in choices] == [LINES, LINES]
+    ollama = {"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "stream": False}
+    assert c.post("/api/generate", json=ollama).json()["response"] == LINES

@@ -8,11 +8,13 @@ ends here: this hole and every hole after it in the same fill leave the canvas; 
 or shrinks as the model decides.
 
 Decoders never know. The job runs the chosen decoder on the canvas as always, watching its
-Steps; when a Step commits an expand or a delete, the job yields that Step as it is, then
-edits the canvas and the plan (where each fill now lies) and yields one more Step with the
-new canvas and nothing committed, and starts the decoder again on it with the same random
-generator. So every decoder, block or not, guarded or not, batched or not, runs unchanged;
-calls add up across restarts.
+Steps; when a Step commits an expand or a delete, the job edits the canvas and the plan
+(where each fill now lies), yields that Step on the edited canvas (the commits that stayed,
+at their new positions; every consumer, a server's stream included, sees canvas and plan
+agree), and starts the decoder again on it with the same random generator. So every
+decoder, block or not, guarded or not, batched or not, runs unchanged; calls add up across
+restarts. A guarded decode searches a witness for the holes that exist now at each restart
+(from the model's draft once a fill holds committed tokens).
 
 Budget (DreamOn's `max_gen_len` and `expand_budget`): a fill may not grow past `budget`
 positions nor expand more than `budget` times, and the canvas never past the model's
@@ -79,8 +81,9 @@ class Growth:
         ids = step.canvas.tokens[step.filled]
         return bool(((ids == self.tokens.expand) | (ids == self.tokens.delete)).any())
 
-    def edit(self, plan: spans.Plan, canvas: Canvas) -> spans.Plan:
-        """The plan after the canvas's expands and deletes are carried out (the counts are kept here)."""
+    def edit(self, plan: spans.Plan, canvas: Canvas) -> tuple[spans.Plan, Tensor]:
+        """The plan after the canvas's expands and deletes are carried out (the counts are kept here), and where
+        each old position went (edited)."""
         return edited(plan, canvas, self.variable, self.tokens, self)
 
     def lengths(self, plan: spans.Plan) -> tuple[int, ...]:
@@ -124,59 +127,83 @@ def carried_out(run: Sequence[int], mask_id: int, tokens: Tokens) -> tuple[list[
 
 def edited(
     plan: spans.Plan, canvas: Canvas, variable: Sequence[int], tokens: Tokens, growth: Growth | None = None
-) -> spans.Plan:
-    """`plan` with `canvas`'s expands and deletes carried out in the holes `variable`: new canvas, new positions."""
+) -> tuple[spans.Plan, Tensor]:
+    """`plan` with `canvas`'s expands and deletes carried out in the holes `variable`: new canvas, new positions;
+    and (L,) where each old position went (-1: it left the canvas, an expand's own position included)."""
     ids = canvas.tokens.tolist()
     writable = canvas.writable.tolist()
-    pieces, span, positions, at, end = [], [], [], 0, 0
+    pieces, span, positions, where, at, end = [], [], [], [], 0, 0
     for hole, r in enumerate(plan.positions):
         pieces.append(ids[end : r.start])
         span += writable[end : r.start]
+        where += range(at, at + r.start - end)
+        at += r.start - end
         run = ids[r.start : r.stop]
         if hole in variable:
-            run, expanded, deleted = carried_out(run, canvas.mask_id, tokens)
+            kept, expanded, deleted = carried_out(run, canvas.mask_id, tokens)
             if growth is not None:
                 k = list(variable).index(hole)
                 growth.expanded[k] += expanded
                 growth.deleted[k] += deleted
-        at += r.start - end
+            where += moves(run, canvas.mask_id, tokens, at)
+            run = kept
+        else:
+            where += range(at, at + len(run))
         positions.append(range(at, at + len(run)))
         pieces.append(run)
         span += [True] * len(run)
         at, end = at + len(run), r.stop
     pieces.append(ids[end:])
     span += writable[end:]
+    where += range(at, at + len(ids) - end)
     new = torch.tensor([i for piece in pieces for i in piece], dtype=torch.long, device=canvas.tokens.device)
     grown = Canvas(new, canvas.mask_id, canvas.late_ids, torch.tensor(span, dtype=torch.bool, device=new.device))
     holes = tuple(dataclasses.replace(h, length=len(p)) for h, p in zip(plan.holes, positions, strict=True))
-    return dataclasses.replace(plan, canvas=grown, positions=tuple(positions), holes=holes)
+    moved = torch.tensor(where, dtype=torch.long)
+    return dataclasses.replace(plan, canvas=grown, positions=tuple(positions), holes=holes), moved
 
 
-def edit_step(step: Step, plan: spans.Plan) -> Step:
-    """The Step that shows the edited canvas: nothing committed, no call."""
-    empty = torch.empty(0, dtype=torch.long)
-    return Step(step.index + 1, plan.canvas, empty, torch.empty(0), step.calls, {"edited": 1.0})
+def moves(run: Sequence[int], mask_id: int, tokens: Tokens, at: int) -> list[int]:
+    """Where each position of one fill goes under `carried_out`, from new position `at` (-1: it leaves)."""
+    out, ended = [], False
+    for token in run:
+        if (ended and token in (mask_id, tokens.delete)) or token == tokens.delete:
+            ended = True
+            out.append(-1)
+        elif token == tokens.expand:
+            out.append(-1)
+            at += 2
+        else:
+            out.append(at)
+            at += 1
+    return out
+
+
+def edited_step(step: Step, plan: spans.Plan, moved: Tensor, index: int, calls: int) -> Step:
+    """`step` on the edited canvas: its commits that stayed, at their new positions; the expands and deletes
+    it committed are counted in `info` (they were commits: TPF counts them)."""
+    new = moved[step.filled.cpu()]  # (k,)
+    stays = new >= 0
+    gone = moved[step.reopened.cpu()] if step.reopened.numel() else step.reopened
+    info = {**step.info, "edit_commits": float(int((~stays).sum()))}
+    return Step(index, plan.canvas, new[stays], step.scores[stays.to(step.scores.device)], calls, info, gone[gone >= 0])
 
 
 def rounds(job, steps_of) -> Iterator[Step]:
-    """A job's Steps with holes growing and shrinking: `steps_of(plan)` starts the decoder on a plan's canvas
-    (with this round's processor); `job.plan` follows every edit. Step indices and calls run on across rounds."""
+    """A job's Steps with holes growing and shrinking: `steps_of(plan, limits)` starts the decoder on a plan's canvas;
+    a Step that commits an expand or a delete is shown on the edited canvas (and `job.plan` is the edited plan by
+    then), and the decoder starts again from it. Step indices and calls run on across rounds."""
     index = calls = 0
     growth: Growth = job.growth
-    while True:
-        last = None
+    while job.plan.canvas.n_holes:
         for step in steps_of(job.plan, growth.processor(job.plan)):
-            last = dataclasses.replace(step, index=index, calls=calls + step.calls)
-            index += 1
-            yield last
-            if growth.touched(step):
-                break
+            if not growth.touched(step):
+                yield dataclasses.replace(step, index=index, calls=calls + step.calls)
+                index += 1
+                continue
+            job.plan, moved = growth.edit(job.plan, step.canvas)
+            yield edited_step(step, job.plan, moved, index, calls + step.calls)
+            index, calls = index + 1, calls + step.calls
+            break
         else:
             return  # the decoder finished with nothing left to edit
-        job.plan = growth.edit(job.plan, last.canvas)
-        calls = last.calls
-        shown = edit_step(last, job.plan)
-        index += 1
-        yield shown
-        if not job.plan.canvas.n_holes:
-            return

@@ -201,7 +201,7 @@ class Job:
         """One round of a growing job: the decoder from `plan`'s canvas, its guard made for this plan."""
         if plan is not self.guarded_for and getattr(self.unguarded, "guard", False):
             self.decoder, self.guarded_for = self.with_guard(self.unguarded), plan
-        return self.decoder(plan.canvas, processed(self.dlm.predict, (*self.processors, limits)), rng)
+        return self.decoder(plan.canvas, processed(self.dlm.predict, (limits, *self.processors)), rng)
 
     @property
     def probe_calls(self) -> int:
@@ -288,8 +288,8 @@ def counting(steps: Iterator[Step], taken: list[int], committed: list[int] | Non
     it committed)."""
     for step in steps:
         taken.append(len(step.reopened))
-        if committed is not None:
-            committed.append(len(step.filled))
+        if committed is not None:  # an expand or delete commit left the canvas: the Step counts it in `info`
+            committed.append(len(step.filled) + int(step.info.get("edit_commits", 0)))
         yield step
 
 

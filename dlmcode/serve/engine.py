@@ -149,7 +149,7 @@ class Engine:
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())
         sent: list[str] = []  # what `emit` was given
-        stream = steps.bounded(job.steps(), remember, bounds)
+        stream = steps.bounded(following(job, bounds), remember, bounds)
         if emit is not None and not reopens(job.decoder, len(job.plan.positions[0])):
             stream = self.streaming(stream, req, job, sent, emit)
         final = last(stream)
@@ -206,8 +206,8 @@ class Engine:
         least = sent.count("\n") + 1 if sent else 1  # lines a stream has sent: the syntax rule keeps them
         kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang, least)
         ended = ended or (
-            job.sized is not None and len(region) < length.holes(req.ceiling, self.dlm)
-        )  # the length rule ended it
+            (job.sized is not None or job.growth is not None) and len(region) < length.holes(req.ceiling, self.dlm)
+        )  # the length rule, or the model's own deletes, ended it
         reason = bounds.reason if bounds.reason == steps.TIME else steps.ENDED if ended or by_lines else steps.FULL
         reason = length.SYNTAX if kept.cut else length.STOP_STRING if stopped else reason
         windowed = job.plan.window[0] > len(req.extra) or job.plan.window[1] < len(job.plan.text)
@@ -233,6 +233,14 @@ class Engine:
         return Answer(
             "", WARMUP, 0, 0, 0, 0, 0.0, decoders.name_of(decoder), decoders.settings_of(decoder), None, False
         )
+
+
+def following(job: jobs.Job, bounds: steps.Bounds) -> Iterator[Step]:
+    """The job's Steps, `bounds.region` where the fill lies at each: a fill that grows and shrinks moves it
+    (jobs/expanding.py edits the plan between Steps)."""
+    for step in job.steps():
+        bounds.region = job.plan.positions[0]
+        yield step
 
 
 def reopens(decoder: Decoder, holes: int) -> bool:

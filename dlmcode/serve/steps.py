@@ -63,13 +63,14 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             bounds.reason = ENDED
             yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long))
             return
-        if only_ends(remember.logits, step.canvas, bounds.end_ids):
+        logits = remember.logits if fits(remember.logits, step.canvas) else None  # a grown fill: the next call's
+        if only_ends(logits, step.canvas, bounds.end_ids):
             bounds.reason = ENDED
-            yield commit_rest(step, best(remember.logits, step.canvas))
+            yield commit_rest(step, best(logits, step.canvas))
             return
-        if bounds.deadline is not None and time.perf_counter() > bounds.deadline and remember.logits is not None:
+        if bounds.deadline is not None and time.perf_counter() > bounds.deadline and logits is not None:
             bounds.reason = TIME
-            yield commit_rest(step, best(remember.logits, step.canvas))
+            yield commit_rest(step, best(logits, step.canvas))
             return
 
 
@@ -90,6 +91,11 @@ def ended(
         if token in end_ids:
             return token
     return end_ids[0] if complete is not None and run and complete(run) else None
+
+
+def fits(logits: Tensor | None, canvas: Canvas) -> bool:
+    """Whether the last logits belong to this canvas (a fill that grew or shrank since has other positions)."""
+    return logits is not None and logits.shape[0] == len(canvas.tokens)
 
 
 def only_ends(logits: Tensor | None, canvas: Canvas, end_ids: tuple[int, ...]) -> bool:
