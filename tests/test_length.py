@@ -120,7 +120,7 @@ def test_bench_rejects_an_unknown_fill_length():
 
 
 def test_length_probe_scores_the_share_of_lengths_read_exactly():
-    from dlmcode.bench import length_probe
+    from benchmarks import length_probe
 
     reads = [(3, torch.tensor([0.01, 0.01, 0.01, 0.9, 0.9])), (2, torch.tensor([0.01, 0.01, 0.01, 0.9, 0.9]))]
     got = length_probe.scores(reads, 0.0)  # both read 3: the first right, the second 50 % off

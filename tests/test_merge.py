@@ -1,4 +1,4 @@
-"""bench.merge: samples of several --out folders joined over the first N tasks of a suite."""
+"""benchmarks.merge: samples of several --out folders joined over the first N tasks of a suite."""
 
 import gzip
 import json
@@ -6,7 +6,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dlmcode.bench import merge, suites
+from benchmarks import merge
+from dlmcode.bench import suites
 from dlmcode.bench.metrics import Sample
 from dlmcode.models import load
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlmcode.bench import cgroup, harness, runner, sandbox, suites
+from dlmcode.bench import runner, sandbox, suites
 from dlmcode.bench.metrics import Sample
+from dlmcode.bench.sandbox import cgroup, harness
 
 from tiny import tiny_builtin
 

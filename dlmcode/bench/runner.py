@@ -239,7 +239,7 @@ MODES: dict[str, Infill | Generate] = {"infill": Infill(), "generate": Generate(
 
 def editor_cut(task: Task, output: str, breakage: syntax.Breakage | None) -> tuple[str, syntax.Breakage | None]:
     """The fill cut after its first non-blank line, as `dlmcode serve` cuts it (serve/length.py rule 3),
-    and the syntax it breaks then (the breakage rule of serve_length: against the task's own code)."""
+    and the syntax it breaks then (the breakage rule of benchmarks/serve_length.py: against the task's own code)."""
     from ..serve import length as served
 
     cut, was_cut = served.cut_lines(output, 1, served.whole_lines(task.prompt, task.suffix))

@@ -2,7 +2,7 @@
 
 torch starts one intra-op thread per core. On a 2-core machine that another process keeps
 busy, those threads spin-wait on each other and an infill ran 7 to 10 times slower than on
-one thread (issue 13; `python -m dlmcode.bench.threads` measures it). The CLI owns its
+one thread (issue 13; `python -m benchmarks.threads` measures it). The CLI owns its
 process, so it sets torch's threads once, before loading a model; the library never does.
 
 DLMCODE_THREADS=N sets the count, 1 to the machine's cores (more is refused with one line:

@@ -9,6 +9,7 @@ training modules; this module is below both, so neither imports the other for it
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -105,10 +106,36 @@ class OneLineCommand(OneLine, StrictOptions, TyperCommand):
 
 
 def one_command(function: Any) -> typer.Typer:
-    """A Typer app of the one command `function`, for a module entry point (`python -m dlmcode.training.evaluate`)."""
+    """A Typer app of the one command `function`, for a module entry point (`python -m
+    dlmcode.training.evaluate`, `python -m benchmarks.serve_load`): every `python -m` module starts
+    this way (or as a `command_group`), so its usage errors and its DlmcodeErrors are one line here."""
     single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
-    single.command(cls=OneLineCommand)(function)
+    single.command(cls=OneLineCommand)(reporting(function))
     return single
+
+
+def command_group(help: str | None) -> typer.Typer:
+    """A Typer app of several commands (`python -m dlmcode.training.corpus build|tokenize|pin`);
+    add each with `group_command(app)`."""
+    return typer.Typer(
+        cls=OneLineErrors, add_completion=False, no_args_is_help=True, help=help, pretty_exceptions_show_locals=False
+    )
+
+
+def group_command(app: typer.Typer) -> Any:
+    """Register a function as one command of a `command_group`, its errors reported as one line."""
+    return lambda function: app.command(cls=Command)(reporting(function))
+
+
+def reporting(function: Any) -> Any:
+    """`function` run inside `reported()`; Typer reads its parameters through functools.wraps."""
+
+    @functools.wraps(function)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        with reported():
+            return function(*args, **kwargs)
+
+    return command
 
 
 def usage_line(err: Any) -> str:

@@ -30,9 +30,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
+import typer
 
 from ..bench import heldout as held_out
 from ..core import assistant as A
@@ -448,7 +450,26 @@ Reproduce (`--export DIR` copies `out/best` to DIR with this card):
 """
 
 
+def module_command(
+    settings: Annotated[
+        list[str] | None,
+        typer.Argument(help="training settings key=value (see AssistantTrainConfig in this module)"),
+    ] = None,
+) -> None:
+    """Train the CoDiLA assistant; one JSON progress record per line on stdout."""
+    from ..core.entry import reported
+
+    with reported("the run folder keeps the last checkpoint"):
+        for rec in logged(parse_overrides(settings or [])):
+            print(json.dumps(rec), flush=True)
+
+
+def main(args: list[str] | None = None) -> None:
+    """`python -m dlmcode.training.train_assistant [key=value ...]` (see `--help`)."""
+    from ..core.entry import one_command
+
+    one_command(module_command)(args)
+
+
 if __name__ == "__main__":
-    cfg = parse_overrides(sys.argv[1:])
-    for rec in logged(cfg):
-        print(json.dumps(rec), flush=True)
+    main()

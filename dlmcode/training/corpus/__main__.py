@@ -4,22 +4,30 @@ Progress records go to stderr as JSON lines; the final record (or summary) to st
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ...core.entry import command_group, group_command
 from ...core.errors import DlmcodeError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = command_group(__doc__)
 DEFAULT_CACHE = Path.home() / ".cache" / "dlmcode" / "corpus-wheels"
 Cache = Annotated[Path, typer.Option(help="where downloaded wheels are kept (checked against the manifest's sha256)")]
 
 
-def fail(error: Exception) -> None:
-    typer.echo(f"error: {error}", err=True)
-    raise typer.Exit(2)
+@contextmanager
+def one_line() -> Iterator[None]:
+    """A refused licence or a file error as a DlmcodeError, so that it is one line like any other."""
+    from .licenses import LicenseRefused
+
+    try:
+        yield
+    except (LicenseRefused, OSError) as error:
+        raise DlmcodeError(str(error)) from None
 
 
 def emit(records) -> dict:
@@ -30,7 +38,7 @@ def emit(records) -> dict:
     return last
 
 
-@app.command()
+@group_command(app)
 def build(
     out: Annotated[
         Path, typer.Argument(help="output folder (train.jsonl.gz, eval.jsonl.gz, NOTICES.md, report.json, SHA256)")
@@ -43,15 +51,12 @@ def build(
     """Download the pinned releases (pip, hashes checked) and build the cleaned corpus."""
     from . import build as building
     from . import fetch
-    from .licenses import LicenseRefused
 
-    try:
+    with one_line():
         emit(building.build(out, cache, manifest or fetch.MANIFEST))
-    except (DlmcodeError, LicenseRefused, OSError) as error:
-        fail(error)
 
 
-@app.command()
+@group_command(app)
 def tokenize(
     corpus: Annotated[Path, typer.Argument(help="a folder written by `build`")],
     out: Annotated[Path, typer.Argument(help="output folder: tokenizer.json, train.u16.xz, valid.u16.xz, meta.json")],
@@ -65,13 +70,11 @@ def tokenize(
     """Tokenize a built corpus into the compact file `dlmcode train -o data=OUT` reads."""
     from . import tokens
 
-    try:
+    with one_line():
         emit(tokens.tokenize(corpus, out, vocab_size, tokenizer))
-    except (DlmcodeError, OSError) as error:
-        fail(error)
 
 
-@app.command()
+@group_command(app)
 def pin(
     specs: Annotated[list[str], typer.Argument(help="releases as name==version")],
     role: Annotated[str, typer.Option(help="train, or eval for a held-out package")] = "train",
@@ -80,13 +83,10 @@ def pin(
 ) -> None:
     """Download releases, check their licences, and add (or re-pin) them in the manifest."""
     from . import fetch
-    from .licenses import LicenseRefused
 
     path = manifest or fetch.MANIFEST
-    try:
+    with one_line():
         pinned = fetch.pin(specs, cache, role)
-    except (DlmcodeError, LicenseRefused, OSError) as error:
-        fail(error)
     releases = fetch.load_manifest(path) if path.exists() else []
     names = {fetch.canonical(r.name) for r in pinned}
     releases = [r for r in releases if fetch.canonical(r.name) not in names] + pinned
@@ -95,9 +95,9 @@ def pin(
         typer.echo(f"{r.spec} {r.license} {r.file} sha256:{r.sha256}")
 
 
-def main() -> None:
-    app(prog_name="python -m dlmcode.training.corpus")
+def main(args: list[str] | None = None) -> None:
+    app(args, prog_name="python -m dlmcode.training.corpus")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,6 +1,6 @@
 """The inside of a sandboxed test run: it jails itself, then runs a program or judges one.
 
-sandbox.py starts `python -I -S -B -c BOOT` and writes, marshalled, this module's code and a
+sandbox/__init__.py starts `python -I -S -B -c BOOT` and writes, marshalled, this module's code and a
 header (what to run, with which limits and pipes) on its stdin. Standard library only:
 neither dlmcode nor its environment is importable in there. A test run is two such
 processes, joined only by two pipes:
@@ -815,7 +815,7 @@ def _start(header):
 
 
 def main(header):
-    """Jail (or, unsafe, only fork), then run the role; `header` comes from sandbox.py (see BOOT there)."""
+    """Jail (or, unsafe, only fork), then run the role; `header` comes from sandbox/__init__.py (see BOOT there)."""
     try:
         with open("/proc/self/oom_score_adj", "w") as handle:
             handle.write("1000")  # out of memory, the kernel kills our processes first, not the bench

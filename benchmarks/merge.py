@@ -6,7 +6,7 @@ settings) group only when it covers every one of those tasks, re-scores breakage
 current rule (runs made before a change of syntax.py then compare alike), and writes
 STEM.json, STEM.png/.svg (report.plot) and a Markdown table on stdout.
 
-    python -m dlmcode.bench.merge heldout-multi 30 docs/pareto-heldout-multi-guard docs/bench/runs/hm-*
+    python -m benchmarks.merge heldout-multi 30 docs/pareto-heldout-multi-guard docs/bench/runs/hm-*
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import Annotated
 
 import typer
 
-from .. import decoders
-from ..text import syntax
-from . import report, suites
-from .metrics import Sample, Tally
-from .runner import SAMPLES_FILE
+from dlmcode import decoders
+from dlmcode.bench import report, suites
+from dlmcode.bench.metrics import Sample, Tally
+from dlmcode.bench.runner import SAMPLES_FILE
+from dlmcode.core.entry import one_command
+from dlmcode.text import syntax
 
 
 def read_samples(folder: Path) -> Iterator[Sample]:
@@ -103,7 +104,7 @@ def _pct(value: float | None) -> str:
 
 def merge(suite: str, n: int, folders: list[Path]) -> dict:
     """The summary of the first `n` tasks of `suite` over every folder's samples."""
-    from ..models import load
+    from dlmcode.models import load
 
     tasks = {t.task_id: t for t in suites.load(suite, n, load().tokenizer).tasks}
     found = groups((s for folder in folders for s in read_samples(folder)), tasks)
@@ -119,7 +120,7 @@ def merge(suite: str, n: int, folders: list[Path]) -> dict:
     }
 
 
-def main(
+def command(
     suite: Annotated[str, typer.Argument(help="the suite the runs used")],
     n: Annotated[int, typer.Argument(help="merge over its first N tasks")],
     stem: Annotated[Path, typer.Argument(help="write STEM.json, STEM.png and STEM.svg")],
@@ -133,5 +134,9 @@ def main(
     print(table(summary))
 
 
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
+
+
 if __name__ == "__main__":
-    typer.run(main)
+    main()

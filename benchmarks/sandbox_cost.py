@@ -1,6 +1,6 @@
 """What isolation costs: median milliseconds per test run, jailed and not, side by side.
 
-    python -m dlmcode.bench.sandbox_cost [--tasks 164] [--json]
+    python -m benchmarks.sandbox_cost [--tasks 164] [--json]
 
 Runs the canonical solution of each HumanEval problem (one HumanEval-infilling task per
 problem) twice, jailed and with --unsafe-no-sandbox's settings, alternating so that both
@@ -10,15 +10,18 @@ cost, and the CPU milliseconds the runs' processes used. Every run must pass.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import statistics
-import sys
 import time
+from typing import Annotated
 
-from . import sandbox, suites
+import typer
+
+from dlmcode.bench import sandbox, suites
+from dlmcode.core.entry import one_command
+from dlmcode.core.errors import DlmcodeError
 
 
 def problems(count: int) -> list[suites.Task]:
@@ -36,7 +39,7 @@ def timed(task: suites.Task, limits: sandbox.Limits) -> tuple[float, float]:
     outcome = sandbox.run(task.code(task.canonical or ""), task.test or "", task.entry_point or "", limits)
     wall = (time.perf_counter() - start) * 1000
     if not outcome.passed:
-        raise SystemExit(f"{task.task_id}: {outcome.status}: {outcome.detail}")
+        raise DlmcodeError(f"{task.task_id}: {outcome.status}: {outcome.detail}")
     return wall, (_children_cpu() - cpu) * 1000
 
 
@@ -69,13 +72,13 @@ def measure(tasks: list[suites.Task]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=164, help="HumanEval problems to run (at most 164)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    result = measure(problems(args.tasks))
-    if args.json:
+def command(
+    tasks: Annotated[int, typer.Option(help="HumanEval problems to run (at most 164)")] = 164,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """What isolation costs: median milliseconds per test run, jailed and not, side by side."""
+    result = measure(problems(tasks))
+    if json_out:
         print(json.dumps(result))
         return
     print(
@@ -87,5 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  isolation adds {result['isolation_adds_ms']:.1f} ms per run")
 
 
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

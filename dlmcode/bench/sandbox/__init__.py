@@ -42,8 +42,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..core.errors import DlmcodeError
-from ..core.files import alive
+from ...core.errors import DlmcodeError
+from ...core.files import alive
 from . import cgroup, harness
 
 GRACE = 1.0  # seconds a failed run's sample gets to end by itself, so that we can say how it ended

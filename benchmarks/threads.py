@@ -1,4 +1,4 @@
-"""How CPU thread counts hold up when the machine is busy: `python -m dlmcode.bench.threads`.
+"""How CPU thread counts hold up when the machine is busy: `python -m benchmarks.threads`.
 
 One infill with the built-in model (`dlmcode infill FILE --span A:B --json`), each in a fresh
 process, with torch's default thread count, with 1 thread and with 2, first on an idle machine,
@@ -19,7 +19,10 @@ from typing import Annotated
 
 import typer
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stack.py"
+from dlmcode.core.entry import one_command
+from dlmcode.core.errors import DlmcodeError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "stack.py"
 BURN = "while True: pass"
 
 
@@ -59,7 +62,7 @@ def infill_seconds(threads: int, source: Path, span: str, model: str | None) -> 
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
+        raise DlmcodeError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
     return float(json.loads(done.stdout)["seconds"])
 
 
@@ -76,7 +79,7 @@ def measure(source: Path, span: str, model: str | None, burners: int) -> list[di
     return rows
 
 
-def main(
+def command(
     source: Annotated[Path, typer.Option(help="file to infill")] = EXAMPLE,
     span: Annotated[str, typer.Option(help="lines A:B to rewrite")] = "10:11",
     model: Annotated[str | None, typer.Option("--model", "-m", help="model [default: the built-in one]")] = None,
@@ -90,5 +93,9 @@ def main(
     typer.echo(json.dumps({"cores": cores, "source": str(source), "span": span, "rows": rows}))
 
 
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
+
+
 if __name__ == "__main__":
-    typer.run(main)
+    main()

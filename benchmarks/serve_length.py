@@ -1,32 +1,33 @@
 """Measure the server's length rule: the length unknown (an editor's ceiling) against the oracle length.
 
-    python -m dlmcode.bench.serve_length --suite heldout-single --limit 100 [-d DECODER] [-o k=v]
+    python -m benchmarks.serve_length --suite heldout-single --limit 100 [-d DECODER] [-o k=v]
 
 Per task, two decodes of the same decoder: "editor" goes through the server's Engine with
 `n_predict` = CEILING, as llama.vim sends it (the length rule opens the holes and ends the
 fill); "oracle" opens exactly as many holes as the canonical middle's tokens (never a pad),
 as `dlmcode bench` does. Prints one JSON object per mode: exact match, syntax-valid, pass@1
-(tasks with tests, through bench/sandbox.py), mean calls and seconds.
+(tasks with tests, through dlmcode/bench/sandbox), mean calls and seconds.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+import typer
 
-from .. import decoders
-from ..jobs import fill as jobs
-from ..models import load
-from ..serve import length
-from ..serve.engine import Engine
-from ..serve.request import Fill
-from ..text import syntax
-from . import metrics, suites
+from dlmcode import decoders
+from dlmcode.bench import metrics, suites
+from dlmcode.core.entry import one_command
+from dlmcode.jobs import fill as jobs
+from dlmcode.models import load
+from dlmcode.serve import length
+from dlmcode.serve.engine import Engine
+from dlmcode.serve.request import Fill
+from dlmcode.text import syntax
 
 CEILING = 128  # llama.vim's and llama.vscode's default n_predict
 
@@ -52,7 +53,7 @@ def score(task: suites.Task, middle: str, tests: bool) -> dict[str, Any]:
     broken = syntax.breakage(task.original, task.prompt + middle + task.suffix, task.lang).broken
     row = {"exact": metrics.exact_match(middle, task.canonical or ""), "syntax_valid": not broken}
     if tests and task.test:
-        from . import sandbox
+        from dlmcode.bench import sandbox
 
         row["passed"] = sandbox.run(task.code(middle), task.test, task.entry_point or "").passed
     return row
@@ -68,32 +69,35 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", default="heldout-single")
-    ap.add_argument("--limit", type=int, default=100)
-    ap.add_argument("-d", "--decoder", default="low-confidence")
-    ap.add_argument(
-        "-o", "--option", action="append", help="decoder setting key=value [default: block=8, as `dlmcode serve`]"
-    )
-    ap.add_argument("--cache", default="dual", help="KV cache, as `dlmcode serve` [default: dual]")
-    ap.add_argument("--no-tests", action="store_true", help="skip pass@1 (the sandbox)")
-    ap.add_argument("--out", help="write every task's rows here as JSON lines")
-    ap.add_argument("--modes", default="editor,oracle", help="which decodes to run, comma-separated")
-    ap.add_argument("--lines", type=int, default=1, help="the server's --lines (0: no line limit)")
-    ap.add_argument("--threads", type=int, help="torch CPU threads (1 on a busy shared CPU) [default: torch's]")
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    options = decoders.parse_options(args.option if args.option is not None else ["block=8"])
+def command(
+    suite: Annotated[str, typer.Option()] = "heldout-single",
+    limit: Annotated[int, typer.Option()] = 100,
+    decoder: Annotated[str, typer.Option("--decoder", "-d")] = "low-confidence",
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="decoder setting key=value [default: block=8, as `dlmcode serve`]"),
+    ] = None,
+    cache: Annotated[str, typer.Option(help="KV cache, as `dlmcode serve`")] = "dual",
+    no_tests: Annotated[bool, typer.Option("--no-tests", help="skip pass@1 (the sandbox)")] = False,
+    out: Annotated[str | None, typer.Option(help="write every task's rows here as JSON lines")] = None,
+    modes: Annotated[str, typer.Option(help="which decodes to run, comma-separated")] = "editor,oracle",
+    lines: Annotated[int, typer.Option(help="the server's --lines (0: no line limit)")] = 1,
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads (1 on a busy shared CPU) [default: torch's]")
+    ] = None,
+) -> None:
+    """Measure the server's length rule: the length unknown (an editor's ceiling) against the oracle length."""
+    if threads:
+        torch.set_num_threads(threads)
+    options = decoders.parse_options(option if option is not None else ["block=8"])
     dlm = load()
-    engine = Engine(dlm, decoder=args.decoder, options=options, cache=args.cache, lang="python", lines=args.lines)
-    tasks = suites.load(args.suite, args.limit, dlm.tokenizer).tasks
+    engine = Engine(dlm, decoder=decoder, options=options, cache=cache, lang="python", lines=lines)
+    tasks = suites.load(suite, limit, dlm.tokenizer).tasks
     rows: dict[str, list[dict[str, Any]]] = {"editor": [], "oracle": []}
-    out = open(args.out, "w") if args.out else None
+    sink = open(out, "w") if out else None  # kept open for the whole run
     for i, task in enumerate(tasks):
-        runs = {"editor": lambda t: editor(engine, t), "oracle": lambda t: oracle(engine, t, args.decoder, options)}
-        for mode in args.modes.split(","):
+        runs = {"editor": lambda t: editor(engine, t), "oracle": lambda t: oracle(engine, t, decoder, options)}
+        for mode in modes.split(","):
             run = runs[mode]
             start = time.perf_counter()
             middle, calls = run(task)
@@ -104,22 +108,26 @@ def main(argv: list[str] | None = None) -> None:
                 "calls": calls,
                 "seconds": time.perf_counter() - start,
             }
-            row |= score(task, middle, not args.no_tests)
+            row |= score(task, middle, not no_tests)
             rows[mode].append(row)
-            if out:
-                out.write(json.dumps(row) + "\n")
-                out.flush()
+            if sink:
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
         print(f"{i + 1}/{len(tasks)}", file=sys.stderr, end="\r")
     meta = {
-        "suite": args.suite,
-        "decoder": args.decoder,
+        "suite": suite,
+        "decoder": decoder,
         "options": options,
-        "cache": args.cache,
+        "cache": cache,
         "ceiling": CEILING,
         "cap": length.cap(dlm),
-        "lines": args.lines,
+        "lines": lines,
     }
     print(json.dumps({**meta, **{mode: summary(r) for mode, r in rows.items() if r}}))
+
+
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Load test of `dlmcode serve`: N concurrent editors, M requests each, at several N.
 
-    python -m dlmcode.bench.serve_load --clients 1,2,4,8 --requests 20 --batch 1,4 [--url http://127.0.0.1:8012]
+    python -m benchmarks.serve_load --clients 1,2,4,8 --requests 20 --batch 1,4 [--url http://127.0.0.1:8012]
 
 Without --url it starts one `dlmcode serve` (built-in model, or --model) per --batch value
 in subprocesses on free 127.0.0.1 ports, and stops them at the end; the levels alternate
@@ -20,7 +20,6 @@ stream's end. One JSON object on stdout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -29,12 +28,16 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 
-from . import suites
+from dlmcode.bench import suites
+from dlmcode.core.entry import one_command
+from dlmcode.core.errors import DlmcodeError
 
 PREFIX_LINES = 30
 SUFFIX_LINES = 10
@@ -165,65 +168,74 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args: argparse.Namespace, batch: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", args.decoder, "--batch", str(batch)]
-    cmd += [x for o in args.option for x in ("-o", o)] + (["--model", args.model] if args.model else [])
-    cmd += ["--cache", args.cache] if args.cache else []
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"DLMCODE_THREADS": str(args.threads)} if args.threads else {})
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"serve_load: the server exited: {proc.stderr.read().strip()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("serve_load: the server did not answer /health within 120 s")
+@dataclass(frozen=True)
+class Started:
+    """How the started servers run: `dlmcode serve`'s flags and CPU threads."""
+
+    decoder: str
+    options: list[str]
+    model: str | None
+    cache: str | None
+    threads: int | None
+
+    def start(self, batch: int) -> tuple[subprocess.Popen, str]:
+        """One `dlmcode serve --batch batch` on a free port, once it listens (its address line says so)."""
+        port = free_port()
+        cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", self.decoder, "--batch", str(batch)]
+        cmd += [x for o in self.options for x in ("-o", o)] + (["--model", self.model] if self.model else [])
+        cmd += ["--cache", self.cache] if self.cache else []
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"DLMCODE_THREADS": str(self.threads)} if self.threads else {})
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        said = []
+        while not (said and said[-1].startswith("dlmcode: serving")):
+            line = proc.stderr.readline()
+            if not line:
+                proc.wait()
+                raise DlmcodeError(f"the server exited: {''.join(said).strip()}")
+            said.append(line)
+        return proc, f"http://127.0.0.1:{port}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", default="1,2,4,8", help="concurrent clients per level, comma-separated")
-    ap.add_argument("--requests", type=int, default=20, help="requests per client per level")
-    ap.add_argument("--batch", default="1,4", help="the started servers' --batch, comma-separated (one server each)")
-    ap.add_argument("--streamed", type=int, default=10, help="streamed multi-line requests per server (0: none)")
-    ap.add_argument("--url", help="a running server; default: start one per --batch")
-    ap.add_argument("--api-key", default=os.environ.get("DLMCODE_API_KEY"))
-    ap.add_argument("--model")
-    ap.add_argument("-d", "--decoder", default="low-confidence")
-    ap.add_argument("-o", "--option", action="append", default=[])
-    ap.add_argument("--threads", type=int, help="the started servers' CPU threads (DLMCODE_THREADS)")
-    ap.add_argument("--cache", help="the started servers' --cache (default: the server's own)")
-    ap.add_argument("--tasks", type=int, default=50, help="heldout-single holes to draw from (the first M are sent)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed requests before the first level")
-    args = ap.parse_args(argv)
-    levels = [int(n) for n in args.clients.split(",") if n.strip()]
-    batches = [int(n) for n in args.batch.split(",") if n.strip()]
-    pool = bodies(args.tasks)
+def command(
+    clients: Annotated[str, typer.Option(help="concurrent clients per level, comma-separated")] = "1,2,4,8",
+    requests: Annotated[int, typer.Option(help="requests per client per level")] = 20,
+    batch: Annotated[str, typer.Option(help="the started servers' --batch, comma-separated (one server each)")] = "1,4",
+    streamed: Annotated[int, typer.Option(help="streamed multi-line requests per server (0: none)")] = 10,
+    url: Annotated[str | None, typer.Option(help="a running server; default: start one per --batch")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY")] = None,
+    model: Annotated[str | None, typer.Option()] = None,
+    decoder: Annotated[str, typer.Option("--decoder", "-d")] = "low-confidence",
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="key=value (repeatable)")] = None,
+    threads: Annotated[int | None, typer.Option(help="the started servers' CPU threads (DLMCODE_THREADS)")] = None,
+    cache: Annotated[str | None, typer.Option(help="the started servers' --cache (default: the server's own)")] = None,
+    tasks: Annotated[int, typer.Option(help="heldout-single holes to draw from (the first M are sent)")] = 50,
+    warmup: Annotated[int, typer.Option(help="untimed requests before the first level")] = 3,
+) -> None:
+    """Load test of `dlmcode serve`: N concurrent editors, M requests each, at several N."""
+    options = option or []
+    levels = [int(n) for n in clients.split(",") if n.strip()]
+    batches = [int(n) for n in batch.split(",") if n.strip()]
+    started = Started(decoder, options, model, cache, threads)
+    pool = bodies(tasks)
     servers: dict[str, tuple[subprocess.Popen | None, str]] = {}
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    rows: list[dict[str, Any]] = []
+    streams: list[dict[str, Any]] = []
     try:
-        if args.url:
-            servers["url"] = (None, args.url)
-        for b in [] if args.url else batches:
-            servers[f"batch {b}"] = start_server(args, b)
-        for _, url in servers.values():
-            level(url, 1, args.warmup, pool, headers)
-        rows = []
+        if url:
+            servers["url"] = (None, url)
+        for b in [] if url else batches:
+            servers[f"batch {b}"] = started.start(b)
+        for _, address in servers.values():
+            level(address, 1, warmup, pool, headers)
         for n in levels:
-            for name, (proc, url) in servers.items():
+            for name, (proc, address) in servers.items():
                 before = rss_mb(proc.pid if proc else None)
-                row = {"server": name, **level(url, n, args.requests, pool, headers)}
+                row = {"server": name, **level(address, n, requests, pool, headers)}
                 rows.append({**row, "rss_mb_before": before, "rss_mb_after": rss_mb(proc.pid if proc else None)})
                 print(json.dumps(rows[-1]), file=sys.stderr)
-        streams = []
-        for name, (_, url) in servers.items() if args.streamed else ():
-            streams.append({"server": name, **first_events(url, args.streamed, pool, headers)})
+        for name, (_, address) in servers.items() if streamed else ():
+            streams.append({"server": name, **first_events(address, streamed, pool, headers)})
             print(json.dumps(streams[-1]), file=sys.stderr)
     finally:
         for proc, _ in servers.values():
@@ -231,20 +243,21 @@ def main(argv: list[str] | None = None) -> None:
                 proc.terminate()
                 proc.wait(30)
     ok = all(r["answered_once"] and not r["errors"] for r in rows)
-    print(
-        json.dumps(
-            {
-                "decoder": args.decoder,
-                "options": args.option,
-                "prefix_lines": PREFIX_LINES,
-                "ok": ok,
-                "levels": rows,
-                "streams": streams,
-            }
-        )
-    )
+    result = {
+        "decoder": decoder,
+        "options": options,
+        "prefix_lines": PREFIX_LINES,
+        "ok": ok,
+        "levels": rows,
+        "streams": streams,
+    }
+    print(json.dumps(result))
     if not ok:
-        raise SystemExit(1)
+        raise typer.Exit(1)
+
+
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
 
 
 if __name__ == "__main__":

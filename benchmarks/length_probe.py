@@ -1,6 +1,6 @@
 """Calibrate the length rule (dlmcode/jobs/sizing.py): how often its probe reads a task's true length.
 
-    python -m dlmcode.bench.length_probe --suite humaneval-infill-single --tasks 300:500 --bias 0,1,2,3,4
+    python -m benchmarks.length_probe --suite humaneval-infill-single --tasks 300:500 --bias 0,1,2,3,4
 
 One probe call per task (the canvas the server and `bench --fill-length unknown` open:
 prefix, min(128, room) holes, suffix); for each bias, the share of tasks whose chosen length
@@ -11,16 +11,18 @@ Choose constants on tasks no reported benchmark uses (docs/length.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+from typing import Annotated
 
 import torch
+import typer
 
-from ..jobs import sizing as rule
-from ..models import load
-from ..text import spans
-from . import suites
+from dlmcode.bench import suites
+from dlmcode.core.entry import one_command
+from dlmcode.jobs import sizing as rule
+from dlmcode.models import load
+from dlmcode.text import spans
 
 CEILING = 128  # as bench --fill-length unknown and llama.vim
 
@@ -45,24 +47,28 @@ def scores(reads: list[tuple[int, torch.Tensor]], bias: float) -> dict[str, floa
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", default="humaneval-infill-single")
-    ap.add_argument("--tasks", default="300:500", help="a slice of the suite, start:stop")
-    ap.add_argument("--bias", default="0,1,2,3,4", help="biases to score, comma-separated")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+def command(
+    suite: Annotated[str, typer.Option()] = "humaneval-infill-single",
+    tasks: Annotated[str, typer.Option(help="a slice of the suite, start:stop")] = "300:500",
+    bias: Annotated[str, typer.Option(help="biases to score, comma-separated")] = "0,1,2,3,4",
+    threads: Annotated[int, typer.Option()] = 1,
+) -> None:
+    """Calibrate the length rule: how often its probe reads a task's true length."""
+    torch.set_num_threads(threads)
     dlm = load()
-    start, stop = (int(x) if x else None for x in args.tasks.split(":"))
-    tasks = suites.load(args.suite, None, dlm.tokenizer).tasks[start:stop]
+    start, stop = (int(x) if x else None for x in tasks.split(":"))
+    chosen = suites.load(suite, None, dlm.tokenizer).tasks[start:stop]
     room = min(CEILING, rule.rule_for(dlm.family).room)
-    reads = [ends_read(dlm, t, room) for t in tasks]
-    for bias in (float(b) for b in args.bias.split(",")):
-        print(json.dumps({"suite": args.suite, "tasks": args.tasks, "room": room, **scores(reads, bias)}))
+    reads = [ends_read(dlm, t, room) for t in chosen]
+    for value in (float(b) for b in bias.split(",")):
+        print(json.dumps({"suite": suite, "tasks": tasks, "room": room, **scores(reads, value)}))
     true = [n for n, _ in reads]
     best = max(range(1, room + 1), key=lambda c: sum(c == n for n in true))
     print(json.dumps({"constant": best, "exact_length": round(sum(best == n for n in true) / len(true), 4)}))
+
+
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
 
 
 if __name__ == "__main__":

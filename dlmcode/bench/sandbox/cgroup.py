@@ -13,7 +13,7 @@ can be made (probed once per process, as the jail is):
 
 Where neither can (not root and nothing delegated, no memory controller, not Linux), `place()`
 is None and the sandbox forbids a jailed run to start any process or thread (RLIMIT_NPROC 1,
-sandbox.py), so its memory is at most two processes of --memory MiB each. A run's cgroup is
+__init__.py), so its memory is at most two processes of --memory MiB each. A run's cgroup is
 named dlmcode-<pid>-<random>; one a killed bench left is removed by the next bench.
 """
 
@@ -210,7 +210,7 @@ def mount_point(version: int) -> Path | None:
 
 def remove_stale(found: Place) -> list[Path]:
     """The cgroups of benches that are gone (pid in the name dead), removed when empty."""
-    from ..core.files import alive
+    from ...core.files import alive
 
     removed = []
     for path in found.parent.glob(f"{PREFIX}*-*"):
