@@ -363,10 +363,14 @@ def samples(
 # ---------------------------------------------------------------- compare
 
 
+# compare's runs per decoder: a breakage rate from 1000 samples is within 3 points; more is a bench, not a look
+MAX_SAMPLES = 1000
+
+
 def compare_temperature(n: int, temperature: float | None) -> tuple[float | None, str | None]:
     """The temperature for n samples per decoder, and a note when it was chosen for the user."""
-    if n < 1:
-        raise UsageError(f"--samples {n}: give at least 1")
+    if not 1 <= n <= MAX_SAMPLES:
+        raise UsageError(f"--samples {n}: give 1 to {MAX_SAMPLES}")
     if n > 1 and temperature is None:
         return (
             1.0,

@@ -36,6 +36,12 @@ from ..jobs.fill import counting
 from ..models import cache as kvcache
 from ..models.base import Dlm
 
+# The most the grid times, checked before the model loads (our bounds): a canvas past 8192 tokens is
+# minutes a call on a CPU (and its attention alone gigabytes), the suite's longest is 2048 + 64; one-token-
+# a-call decoders make `gen` calls per row; the fastest of more than 100 repeats says nothing more.
+MAX_CANVAS = 8192
+MAX_GEN = 1024
+MAX_REPEATS = 100
 BASELINE = "low-confidence"  # one token per call: the reference every ratio is taken against
 TRAINING_FREE_TARGET = 0.10  # decoder overhead per call, as a share of a forward (issue 6 targets)
 CODILA_TARGET = 0.30
@@ -56,6 +62,13 @@ class SpeedConfig:
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) <= 0 or self.gen <= 0 or self.block < 0 or self.repeats < 1:
             raise UsageError("speed: prompt lengths, --gen and --repeats must be positive, --block >= 0")
+        if max(self.lengths) + self.gen > MAX_CANVAS:
+            raise UsageError(
+                f"speed: a prompt of {max(self.lengths)} tokens and {self.gen} holes is past {MAX_CANVAS} tokens, "
+                "the longest canvas it times"
+            )
+        if self.gen > MAX_GEN or self.repeats > MAX_REPEATS:
+            raise UsageError(f"speed: give --gen up to {MAX_GEN} and --repeats up to {MAX_REPEATS}")
         for mode in self.caches:
             CacheSettings(mode)  # a UsageError naming a bad mode
         for name in self.names:
@@ -380,7 +393,14 @@ def load(choice: ModelChoice, shape: str | None = None) -> tuple[Dlm, str | None
         if name is not None:
             raise UsageError("--shape times a random model of a published architecture: give it or --model, not both")
         where = resolve_device(device)
-        dlm = standins.published(shape, where, resolve_dtype(choice.dtype, where))
+        dtype = resolve_dtype(choice.dtype, where)
+        try:
+            dlm = standins.published(shape, where, dtype)
+        except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError, and the CPU allocator's RuntimeError
+            if not isinstance(err, MemoryError) and "memory" not in str(err).lower():
+                raise
+            size = str(dtype).removeprefix("torch.")
+            raise ModelError(f"--shape {shape} does not fit in {where} memory as {size}; try --dtype bf16") from None
         return dlm, f"{dlm.name}: random weights at the published shapes (times are real; TPF and outputs mean nothing)"
     try:
         return models.load(

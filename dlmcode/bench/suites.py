@@ -150,6 +150,8 @@ def _json_line(line: str, path: Path | str, number: int) -> dict:
         row = json.loads(line)
     except json.JSONDecodeError as err:
         raise InputError(f"{path}:{number}: not JSON ({err.msg})") from None
+    except RecursionError:  # json's decoder recurses once per level: 100,000 levels is no task
+        raise InputError(f"{path}:{number}: the JSON is too deeply nested to read") from None
     if not isinstance(row, dict):
         raise InputError(f"{path}:{number}: expected a JSON object")
     return row

@@ -367,8 +367,6 @@ def check(
     Each error is FILE:LINE:COLUMN: MESSAGE on stdout; line and column are 1-based, the column
     counting UTF-8 bytes. An empty file is checked like any other (an empty Python file is valid).
     """
-    from ..text import syntax
-
     with reported():
         if file.count(files.STDIN) > 1:
             raise UsageError("check: stdin (-) can be read only once")
@@ -378,20 +376,38 @@ def check(
         languages = [language(name, lang, required=True) for name, _ in checked]
         reports = []
         for (name, source), lang_name in zip(checked, languages, strict=True):
-            report = syntax.check(source, lang_name)
             label = "stdin" if name == files.STDIN else name
-            reports.append(report.to_dict() | {"file": label})
-            for problem in report.problems:
-                line = f"{label}:{problem.line}:{problem.column + 1}: {problem.message}"  # Problem.column is 0-based
-                if json_out:
-                    typer.echo(line, err=True)
-                else:
-                    emit(line)
+            reports.append(check_one(label, source, lang_name, json_out))
         if json_out:
             one = {k: v for k, v in reports[0].items() if k != "file"}
             emit(json.dumps(one if len(reports) == 1 else reports))
         if not all(r["ok"] for r in reports):
             raise typer.Exit(1)
+
+
+def check_one(label: str, source: str, lang_name: str, json_out: bool) -> dict:
+    """`check`'s report of one file: its problems printed, its JSON returned. Code too deeply nested to
+    check is one error line for this file, and the other files are still checked."""
+    from ..text import spans, syntax
+
+    try:
+        report = syntax.check(source, lang_name)
+    except syntax.TooDeep as err:
+        typer.echo(f"dlmcode: error: {label}: {err}", err=True)
+        return {"lang": lang_name, "ok": False, "errors": None, "problems": [], "error": str(err), "file": label}
+    for problem in report.problems:
+        line = f"{label}:{problem.line}:{problem.column + 1}: {problem.message}"  # Problem.column is 0-based
+        if json_out:
+            typer.echo(line, err=True)
+        else:
+            emit(line)
+    if report.problems and spans.has_markers(source):
+        typer.echo(
+            f"dlmcode: note: {label} holds ⟦fill⟧ markers: dlmcode's own, for `dlmcode infill` to fill; "
+            "they are not code, so they count as syntax errors here",
+            err=True,
+        )
+    return report.to_dict() | {"file": label}
 
 
 @app.command(name="decoders", cls=Command)

@@ -19,6 +19,7 @@ is one error line and a non-zero exit, and the file edited in place is left as i
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import difflib
 import gzip
@@ -342,13 +343,22 @@ def changed(original: Original) -> str | None:
 
 def write_stdout(text: str) -> None:
     """Write `text` to stdout and flush it now, so that a full disk or a closed pipe is one InputError
-    here rather than a traceback (or an "Exception ignored" at exit)."""
+    here rather than a traceback (or an "Exception ignored" at exit). Data is UTF-8, the encoding
+    dlmcode reads, whatever PYTHONIOENCODING says: non-Latin text in a fill is no UnicodeEncodeError."""
     try:
-        sys.stdout.write(text)
+        if utf8(sys.stdout) or not hasattr(sys.stdout, "buffer"):
+            sys.stdout.write(text)
+        else:  # cp1252 (Windows with stdout redirected), latin-1: the code goes out as UTF-8, as it was read
+            sys.stdout.flush()
+            sys.stdout.buffer.write(text.encode("utf-8", "surrogatepass"))
         sys.stdout.flush()
     except OSError as err:
         discard_stdout()
         raise InputError(f"cannot write to stdout: {err.strerror or err}") from None
+
+
+def utf8(stream: object) -> bool:
+    return codecs.lookup(getattr(stream, "encoding", None) or "ascii").name == "utf-8"
 
 
 def discard_stdout() -> None:

@@ -21,6 +21,10 @@ from typing import Any, Literal
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 NONE_WORDS = ("none", "auto", "")
 INT_MAX = 2**63 - 1  # the largest int64: torch's integer type, which every count and seed becomes
+# The hottest sampling temperature, for every face (decoders, serve): past it every token is about as
+# likely as any other, and near 1e308 the Gumbel noise times T overflows to inf, which a banned
+# token's -inf turns into NaN (the mask token won the argmax). Our bound.
+MAX_TEMPERATURE = 1000.0
 INT = re.compile(r"[+-]?[0-9]+")
 FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 

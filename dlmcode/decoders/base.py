@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..core import sampling
 from ..core.canvas import Canvas, Predict, Step
+from ..core.settings import MAX_TEMPERATURE
 
 EMPTY = torch.empty(0, dtype=torch.long)
 
@@ -74,7 +75,8 @@ class BaseDecoder:
     )  # the job's Guard (dlmcode.text.guard)
 
     def __post_init__(self) -> None:
-        check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
+        hottest = f"must be 0 to {MAX_TEMPERATURE:g}"
+        check(0 <= self.temperature <= MAX_TEMPERATURE, "temperature", self.temperature, hottest)
         check(self.block >= 0, "block", self.block, "must be >= 0")
 
     def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:

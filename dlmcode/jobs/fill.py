@@ -375,8 +375,8 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
     """prepare_infill's Job, from one run's settings (the CLI builds them from its flags)."""
     built, model = decoding(dlm, run)
     unknown = unknown_holes(source, span, run.length)
-    if not unknown:
-        plan = spans.plan_infill(source, model.vocab, span, run.length)
+    if not unknown:  # --length auto with every marker sized (⟦fill:N⟧): nothing for the rule to size
+        plan = spans.plan_infill(source, model.vocab, span, None if run.length == AUTO else run.length)
         return Job(plan, model, built, run.seed, run.lang, processors=exact_length(model))
     if growing(dlm):  # the model decides each length inside the decode: start small
         budget = auto_length(source, span, model.tokenizer, expanding.BUDGET)

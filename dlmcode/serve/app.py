@@ -27,6 +27,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from ..core.errors import DlmcodeError
 from . import body, llamacpp, ollama, openai
 from .engine import Answer, Emit, Engine
 from .queue import Queue
@@ -104,6 +105,8 @@ def route(
             return error(str(err), err.status)
         except ClientGone:
             return error("the client went away", 499)
+        except DlmcodeError as err:  # the request's own code, past a checker (too deeply nested to check)
+            return error(str(err), 400)
         except Exception as err:  # a bug: one logged line, a 500, and the server goes on
             log.exception("dlmcode serve: %s %s failed", request.method, request.url.path)
             return error(f"internal error: {body.one_line(err)}", 500)

@@ -14,24 +14,70 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
+from ..core.errors import UsageError
+from ..core.settings import MAX_TEMPERATURE
+from ..text import syntax
 from .request import BadRequest
 
 MAX_BODY = 8 * 1024 * 1024  # bytes: llama.vim's 16 extra chunks of 64 lines are far below this
+# The most seconds a body may take to arrive, whole: a client that sends a byte a minute (or stops
+# halfway) holds its connection and buffer this long at most. 8 MiB at 1 Mbit/s takes 67 s; our choice.
+BODY_SECONDS = 120.0
+# Bytes of request bodies held at once, all requests together (read, or being parsed): four whole
+# MAX_BODY bodies. Forty clients sending 8 MiB each at once grew the server by 23 MB each; our bound.
+MAX_IN_FLIGHT = 4 * MAX_BODY
+
+
+class InFlight:
+    """Bytes of request bodies the server holds at once; past `cap`, a body is refused (503) as it comes.
+    One event loop reads every body, so the count needs no lock."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.cap:
+            raise BadRequest("the server is reading too many request bodies at once; try again shortly", 503)
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
+IN_FLIGHT = InFlight(MAX_IN_FLIGHT)
 
 
 async def read_json(request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
-    """The body as a JSON object; 413 past `limit` bytes (checked before and while reading)."""
+    """The body as a JSON object; 413 past `limit` bytes (checked before and while reading), 408 past
+    BODY_SECONDS, 503 past MAX_IN_FLIGHT bytes held by every request together; a client that leaves
+    mid-body is answered 499 (to no one), not logged as a failure."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(f"the body is {declared} bytes, more than the server takes ({limit})", 413)
     data = bytearray()
+    try:
+        try:
+            async with asyncio.timeout(BODY_SECONDS):
+                await receive(request, data, limit)
+        except TimeoutError:
+            raise BadRequest(f"the body took more than {BODY_SECONDS:g} s to arrive", 408) from None
+        except ClientDisconnect:
+            raise BadRequest("the client went away before its body arrived", 499) from None
+        return await asyncio.to_thread(parse, bytes(data))  # megabytes of JSON: the event loop answers meanwhile
+    finally:
+        IN_FLIGHT.give(len(data))
+
+
+async def receive(request: Request, data: bytearray, limit: int) -> None:
+    """The body's chunks into `data`, each counted in IN_FLIGHT before it is kept."""
     async for chunk in request.stream():
+        IN_FLIGHT.take(len(chunk))
         data += chunk
         if len(data) > limit:
             raise BadRequest(f"the body is more than the server takes ({limit} bytes)", 413)
-    return await asyncio.to_thread(parse, bytes(data))  # megabytes of JSON: the event loop keeps answering meanwhile
 
 
 def parse(data: bytes) -> dict[str, Any]:
@@ -153,7 +199,20 @@ def temperature(body: Mapping[str, Any], key: str = "temperature") -> float | No
     value = number(body, key)
     if value is not None and value < 0:
         raise BadRequest(f"{key} {value} must be >= 0")
+    if value is not None and value > MAX_TEMPERATURE:
+        raise BadRequest(f"{key} {value} must be at most {MAX_TEMPERATURE:g}")
     return value
+
+
+def language(data: Mapping[str, Any], key: str = "lang") -> str | None:
+    """The request's language, if it names one dlmcode knows: refused now, not after the decode."""
+    name = string(data, key) or None
+    if name is None:
+        return None
+    try:
+        return syntax.language_for(lang=name)
+    except UsageError as err:
+        raise BadRequest(f"{key}: {err}") from None
 
 
 def seed(body: Mapping[str, Any], key: str = "seed") -> int:
@@ -171,5 +230,5 @@ def extensions(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "decoder": string(data, "decoder") or None,
         "lines": integer(data, "lines"),
-        "lang": string(data, "lang") or None,
+        "lang": language(data),
     }

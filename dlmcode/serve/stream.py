@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import DlmcodeError
 from .engine import Answer, Emit
 from .request import Fill
 
@@ -122,5 +123,7 @@ def failure(err: BaseException) -> str:
 
     if isinstance(err, ClientGone):
         return "the decode was cancelled"
+    if isinstance(err, DlmcodeError):  # the request's own (code too deeply nested to check): no bug to log
+        return " ".join(str(err).split())[:200]
     log.error("dlmcode serve: a streamed decode failed", exc_info=err)
     return f"internal error: {' '.join(str(err).split())[:200]}"

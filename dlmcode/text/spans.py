@@ -157,6 +157,11 @@ def find_markers(text: str) -> list[tuple[int, int, int | None]]:
     return found
 
 
+def has_markers(text: str) -> bool:
+    """Whether `text` holds a ⟦fill⟧ marker, or something written as one (a malformed one too)."""
+    return _MARKER_LIKE.search(text) is not None
+
+
 def _lines(n: int) -> str:
     return f"{n} line" if n == 1 else f"{n} lines"
 

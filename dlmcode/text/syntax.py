@@ -57,6 +57,11 @@ TREE_SITTER = "tree-sitter"
 POOL_OF_KIND = {ERROR: TREE_SITTER, MISSING: TREE_SITTER, UNCLOSED: TREE_SITTER, COMPILE: COMPILE}
 
 
+class TooDeep(DlmcodeError):
+    """Code nested deeper than a checker can follow (thousands of unary `-` or `not` in a row): the
+    checker cannot say whether it is valid, so nothing that needs its verdict can go on."""
+
+
 # ---------------------------------------------------------------- the language table
 
 
@@ -404,12 +409,15 @@ def _unclosed(node):  # -> the innermost opening bracket among `node`'s children
 
 
 def _first_nested(node):  # -> the first ERROR or MISSING node strictly inside `node`, or None
-    for child in node.children:
-        if child.is_error or child.is_missing:
+    pending = [iter(node.children)]  # a stack, not recursion: code nested thousands deep is a deep tree
+    while pending:
+        child = next(pending[-1], None)
+        if child is None:
+            pending.pop()
+        elif child.is_error or child.is_missing:
             return child
-        found = _first_nested(child) if child.has_error else None
-        if found is not None:
-            return found
+        elif child.has_error:
+            pending.append(iter(child.children))
     return None
 
 
@@ -468,8 +476,10 @@ def _python_compile(text: str, data: bytes) -> list[Problem]:
             compile(text, "<input>", "exec", dont_inherit=True)
         except SyntaxError as e:  # IndentationError and TabError are SyntaxErrors
             return [_compile_problem(text, data, e.msg, e.lineno, e.offset, e.end_lineno, e.end_offset)]
-        except (ValueError, RecursionError) as e:  # null bytes (older CPythons), lone surrogates, deep nesting
+        except ValueError as e:  # null bytes (older CPythons), lone surrogates
             return [_compile_problem(text, data, str(e), None, None, None, None)]
+        except (RecursionError, MemoryError):  # the compiler's own depth limits; its parser's says MemoryError
+            raise TooDeep("the code is too deeply nested to check (Python's compiler gives up)") from None
     return []
 
 
