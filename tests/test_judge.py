@@ -188,3 +188,18 @@ def test_guarded_fills_beside_a_typo_compile_once_it_is_fixed(shipped):
         except SyntaxError as err:
             pytest.fail(f"case {i} ({typo!r} {'above' if above else 'below'}): {err}\n" + "\n".join(out))
     assert cases == fixed_ok and cases >= 18, f"only {cases} of 24 guarded"
+
+
+def test_every_second_of_the_guard_is_counted_the_first_search_included(shipped):
+    run = RunSettings(decoder="low-confidence", options={"guard": "true", "tokens_per_step": "2"}, lang="python")
+    job = fill.infill_job((DATA / "sample.py").read_text(), (34, 36), shipped, run)
+    first = job.decoder.completer.first  # the search before the first call, which no session sees
+    assert first is not None and first.checks >= 1 and first.seconds > 0
+    result = job.run()
+    stats = result.guard
+    assert stats["guard_first_seconds"] == round(first.seconds, 6)
+    assert stats["guard_seconds"] > stats["guard_first_seconds"]  # and every admission after it
+    assert stats["guard_checks"] > first.checks
+    assert result.seconds > stats["guard_seconds"]  # the result's seconds hold the first search too
+    again = job.run()  # the same job decoded again: the search was paid once
+    assert again.guard["guard_first_seconds"] == 0.0

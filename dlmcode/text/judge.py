@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,14 +85,18 @@ class Judge:
         self.windowed = windowed  # False: always the whole file (the property tests' yardstick)
         self._small: Window | None | bool = False  # False: not looked for yet; None: none holds
         self._whole: Window | None = None
+        self.seconds = 0.0  # spent judging (the rest of the guard's time is its search's: bench/guard_cost.py)
 
     def __call__(self, tokens: Tensor) -> int:
+        start = time.perf_counter()
         ids = tokens.tolist()
         fills = [
             spans.decode_fill(ids[r.start : r.stop], self.tokenizer, self.drop_ids, self.trim_at)
             for r in self.plan.positions
         ]
-        return self.errors(fills)
+        found = self.errors(fills)
+        self.seconds += time.perf_counter() - start
+        return found
 
     def errors(self, fills: Sequence[str]) -> int:
         """New errors of the text with `fills` in the holes."""

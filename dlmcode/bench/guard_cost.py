@@ -1,0 +1,261 @@
+"""The guard where users meet it (issue 26): what it costs a model call on real files, and whether a typo of
+the user's elsewhere blinds it. `dlmcode speed --guard` runs both (`--typos N` sets the second's size).
+
+Cost: guarded infills (low-confidence at 1 and 4 tokens a call, the built-in model) of 3-line spans
+at PLACES places spread over standard-library files of about 11, 49 and 229 KB (this
+interpreter's queue.py, pathlib.py and _pydecimal.py); the guard's seconds (Stats.seconds: its
+first witness search and every admission) per model call, as a share of one uncached forward of
+the model on a 512-token canvas, measured in the same run (before each row). Targets: at most 2 % up to 50 KB, 5 %
+above.
+
+Typos: a guarded fill of a 3-line span inside a function, with one broken line or one unclosed
+bracket of the user's inserted 15 or more lines above or below it, outside its function; the fill
+must compile once the user's line is taken out again (target: 99 % of the guarded fills).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.run import RunSettings
+from ..models.base import Dlm
+
+FILES = ("queue.py", "pathlib.py", "_pydecimal.py")  # about 11, 49 and 229 KB (CPython 3.11)
+PLACES = 4  # 3-line spans per file, spread evenly
+TOKENS_PER_CALL = (1, 4)
+FORWARDS = 7  # timed forwards of the yardstick; the median counts
+SMALL, SMALL_TARGET, LARGE_TARGET = 50_000, 0.02, 0.05  # bytes; guard seconds per call / one forward
+TYPOS = ("value = = 1", "value = call(1,")  # one broken line, one unclosed bracket
+TYPO_FILES = ("queue.py", "textwrap.py", "pathlib.py")
+TYPO_TARGET = 0.99
+AWAY = 15  # lines between a typo and the span, at least
+
+
+@dataclass
+class CostRow:
+    """One file at one tokens-per-call: the guarded decodes of its spans, summed."""
+
+    file: str
+    size: int  # bytes
+    tokens_per_step: int
+    decodes: int = 0
+    calls: int = 0
+    guard_s: float = 0.0  # Stats.seconds, summed: the first searches and every admission
+    first_s: float = 0.0  # of guard_s, the first witness searches
+    judge_s: float = 0.0  # of guard_s, in the judge (text/judge.py); the rest is the witness search's own work
+    checks: int = 0  # the judge's verdicts
+    unguarded: int = 0  # decodes that found no witness (said, and decoded unguarded)
+    broken: int = 0  # fills the breakage rule counts broken
+    forward_s: float = 0.0  # the yardstick: one uncached forward on a 512-token canvas
+
+    @property
+    def per_call(self) -> float:
+        return self.guard_s / max(self.calls, 1)
+
+    @property
+    def share(self) -> float:
+        return self.per_call / self.forward_s
+
+    @property
+    def target(self) -> float:
+        return SMALL_TARGET if self.size <= SMALL else LARGE_TARGET
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self) | {"per_call_s": self.per_call, "share_of_forward": self.share}
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in d | {"target": self.target}.items()}
+
+
+def stdlib(name: str) -> str:
+    return (Path(sysconfig.get_paths()["stdlib"]) / name).read_text(encoding="utf-8")
+
+
+def forward_seconds(dlm: Dlm) -> float:
+    """The median of FORWARDS uncached forwards of a 512-token canvas (448 tokens of code, 64 holes)."""
+    from .speed import canvas
+
+    tokens = canvas(dlm, 448, 64).tokens.to(dlm.device)
+    for _ in range(2):  # untimed: the first calls pay for allocation
+        dlm.predict(tokens)
+    times = []
+    for _ in range(FORWARDS):
+        start = time.perf_counter()
+        dlm.predict(tokens)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def places(text: str, n: int) -> list[tuple[int, int]]:
+    """n 3-line spans (1-based, inclusive) spread over `text`, each starting on a line of code."""
+    lines = text.split("\n")
+    out = []
+    for k in range(n):
+        at = int(len(lines) * (k + 0.5) / n)
+        while at < len(lines) - 3 and (not lines[at].strip() or lines[at].strip().startswith("#")):
+            at += 1
+        out.append((at + 1, at + 3))
+    return out
+
+
+def guarded(dlm: Dlm, text: str, span: tuple[int, int], tokens_per_step: int, seed: int = 0) -> Any:
+    """One guarded low-confidence infill of `span` (the job, run)."""
+    from ..jobs import fill
+
+    options = {"guard": "true", "tokens_per_step": str(tokens_per_step)}
+    run = RunSettings(decoder="low-confidence", options=options, lang="python", seed=seed)
+    job = fill.infill_job(text, span, dlm, run)
+    return job, job.run()
+
+
+def cost(dlm: Dlm, files: tuple[str, ...] = FILES, n: int = PLACES) -> Iterator[CostRow]:
+    """One row per file and tokens per call, its yardstick measured just before it (on a shared machine the
+    load changes during a run: the ratio is taken under the same load)."""
+    for name in files:
+        text = stdlib(name)
+        for k in TOKENS_PER_CALL:
+            row = CostRow(name, len(text.encode("utf-8")), k, forward_s=forward_seconds(dlm))
+            for span in places(text, n):
+                job, result = guarded(dlm, text, span, k)
+                stats = job.decoder.completer.last
+                row.decodes += 1
+                row.calls += result.calls
+                row.guard_s += stats.seconds
+                row.first_s += stats.first
+                row.judge_s += job.judged.seconds
+                row.checks += stats.checks
+                row.unguarded += result.guard is None
+                row.broken += bool(result.breakage and result.breakage.broken)
+            yield row
+
+
+@dataclass
+class TypoRow:
+    """Guarded fills beside one kind of typo, above or below."""
+
+    typo: str
+    where: str  # above or below
+    fills: int = 0
+    guarded: int = 0
+    compiles: int = 0  # guarded fills that compile once the typo is taken out
+    counted_broken: int = 0  # guarded fills the whole file's breakage rule counts broken (with the typo in)
+
+    @property
+    def share(self) -> float:
+        return self.compiles / max(self.guarded, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"compiles_share": round(self.share, 4), "target": TYPO_TARGET}
+
+
+def typo_case(text: str, rnd: random.Random, above: bool) -> tuple[tuple[int, int], int] | None:
+    """A 3-line span inside a function and a line AWAY+ lines above or below it outside that function
+    (0-based, where the typo goes in), or None."""
+    from ..text import judge
+
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    for _ in range(50):
+        first = rnd.randrange(AWAY + 1, len(lines) - AWAY - 4)
+        if not lines[first].startswith("        ") or not lines[first].strip():
+            continue  # a line inside a method's (or nested) body
+        span = (first + 1, first + 3)
+        found = judge.python_windows(text, [(starts[first], starts[first + 3])])
+        if not found:
+            continue
+        top, bottom = (bisect_line(starts, x) for x in found[0][:2])  # the function's lines
+        pick = range(0, min(first - AWAY, top)) if above else range(max(first + 3 + AWAY, bottom + 1), len(lines) - 1)
+        if len(pick):
+            return span, rnd.choice(pick)
+    return None
+
+
+def bisect_line(starts: list[int], offset: int) -> int:
+    import bisect
+
+    return bisect.bisect_right(starts, offset) - 1
+
+
+def typos(dlm: Dlm, n: int, files: tuple[str, ...] = TYPO_FILES, seed: int = 26) -> list[TypoRow]:
+    """n guarded fills beside a typo (the kinds and places in turn), their rows by kind and place."""
+    rows = {(t, w): TypoRow(t, w) for t in TYPOS for w in ("above", "below")}
+    rnd = random.Random(seed)
+    texts = [stdlib(f) for f in files]
+    for i in range(n):
+        typo, above = TYPOS[i % 2], i % 4 < 2
+        text = texts[i % len(texts)]
+        found = typo_case(text, rnd, above)
+        if found is None:
+            continue
+        (first, last), at = found
+        lines = text.split("\n")
+        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())] if lines[at].strip() else ""
+        broken = "\n".join([*lines[:at], indent + typo, *lines[at:]])
+        shift = 1 if above else 0
+        _, result = guarded(dlm, broken, (first + shift, last + shift), rnd.choice(TOKENS_PER_CALL), seed=i)
+        row = rows[typo, "above" if above else "below"]
+        row.fills += 1
+        if result.guard is None:
+            continue
+        row.guarded += 1
+        row.counted_broken += bool(result.breakage and result.breakage.broken)
+        out = result.text.split("\n")
+        out.remove(indent + typo)
+        row.compiles += compiles("\n".join(out))
+    return list(rows.values())
+
+
+def compiles(text: str) -> bool:
+    try:
+        compile(text, "<fill>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def cost_table(rows: list[CostRow]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    title = "guard per model call · share of one uncached forward, 512 tokens"
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ("file", "KB", "tok/call", "calls", "checks/call", "guard ms/call", "judge ms/call", "first ms", "of fwd")
+    for name in (*columns, "target", "unguarded"):
+        t.add_column(name, justify="left" if name == "file" else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            r.file,
+            f"{r.size / 1000:.0f}",
+            str(r.tokens_per_step),
+            str(r.calls),
+            f"{r.checks / max(r.calls, 1):.1f}",
+            f"{r.per_call * 1e3:.2f}",
+            f"{r.judge_s * 1e3 / max(r.calls, 1):.2f}",
+            f"{r.first_s * 1e3 / max(r.decodes, 1):.1f}",
+            f"{r.share:.1%}",
+            f"{r.target:.0%}",
+            f"{r.unguarded}/{r.decodes}",
+        )
+    return t
+
+
+def typo_table(rows: list[TypoRow]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    title = "guarded fills beside a typo · compile once it is fixed"
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("typo", "where", "fills", "guarded", "compile", "share", "rule: broken"):
+        t.add_column(name, justify="left" if name in ("typo", "where") else "right", no_wrap=True)
+    for r in rows:
+        cells = (str(r.fills), str(r.guarded), str(r.compiles), f"{r.share:.0%}", str(r.counted_broken))
+        t.add_row(r.typo, r.where, *cells)
+    return t

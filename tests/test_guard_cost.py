@@ -1,0 +1,52 @@
+"""`dlmcode speed --guard`'s second part (dlmcode/bench/guard_cost.py): where its spans and typos go, and what a
+row of it reports."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dlmcode import models
+from dlmcode.bench import guard_cost
+from dlmcode.text import judge
+
+
+def test_spans_start_on_code_and_spread_over_the_file():
+    text = "\n".join(["# head", "", *[f"x{i} = {i}" for i in range(40)], "", "# tail"])
+    found = guard_cost.places(text, 4)
+    lines = text.split("\n")
+    assert len(found) == 4 and all(b - a == 2 for a, b in found)
+    assert all(lines[a - 1].startswith("x") for a, _ in found)
+    assert [a for a, _ in found] == sorted({a for a, _ in found})
+
+
+def test_a_typo_goes_15_lines_away_from_the_span_and_outside_its_function():
+    text = guard_cost.stdlib("queue.py")
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    rnd = random.Random(0)
+    for above in (True, False) * 5:
+        (first, last), at = guard_cost.typo_case(text, rnd, above)
+        assert (at <= first - 1 - guard_cost.AWAY) if above else (at >= last + guard_cost.AWAY)
+        window = judge.python_windows(text, [(starts[first - 1], starts[last])])[0]
+        assert not window[0] <= starts[at] < window[1], "the typo is outside the span's function"
+
+
+def test_the_target_is_2_percent_up_to_50_kb_and_5_above():
+    small = guard_cost.CostRow("a.py", 49_000, 1, calls=10, guard_s=0.01, forward_s=0.1)
+    large = guard_cost.CostRow("b.py", 229_000, 4, calls=10, guard_s=0.01, forward_s=0.1)
+    assert small.share == pytest.approx(0.01) and small.target == 0.02 and large.target == 0.05
+
+
+@pytest.mark.slow
+def test_a_cost_row_counts_the_guard_s_seconds_per_call_against_a_forward():
+    dlm = models.load()
+    (one, four) = list(guard_cost.cost(dlm, files=("queue.py",), n=1))
+    for row in (one, four):
+        assert row.decodes == 1 and row.calls > 0 and row.broken <= row.unguarded <= 1  # a guarded fill never breaks
+        assert 0 < row.first_s < row.guard_s and row.forward_s > 0
+        assert row.share == pytest.approx(row.guard_s / row.calls / row.forward_s)
+    assert (one.tokens_per_step, four.tokens_per_step) == (1, 4) and four.calls <= one.calls
