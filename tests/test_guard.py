@@ -416,6 +416,11 @@ ATTACKS = [  # (language, file with a hole): each cut once left the guard withou
     ("python", 'def f():\n⟦fill:6⟧ docstring.\n    """\n    return 1\n'),  # the code after starts in a string
     ("python", "for i in range(3):\n    y = ⟦fill:6⟧ x > 1:\n        print(x)\n"),  # the hole ends in a head
     ("python", "def f(self):\n    self.pos = j⟦fill:8⟧i:j]\n    return data\n"),
+    ("python", "def f(s):\n    if s:\n⟦fill:3⟧\n            return s.encode()\n        except E:\n            pass\n"),
+    ("python", 'class A:\n    r"⟦fill:3⟧\n    Doc.\n    """\n    x = 1\n'),  # `r"` typed, `""` cut
+    ("python", "def f(a):\n    a = 1\n  ⟦fill:6⟧\n          b=2)\n    return a\n"),  # closers with no opener
+    ("python", "def f(a):\n    if a:\n     ⟦fill:1⟧ b = 1\n    return a\n"),  # indentation typed on both sides
+    ("python", "def f(a):\n⟦fill:8⟧\n        if a:\n            break\n    return a\n"),  # a loop's head
     ("c", "#define X 1\n#if X\nint a = ⟦fill:4⟧\n#endif\nint b;\n"),  # preprocessor lines
     ("rust", 'fn main() { let s = ⟦fill:3⟧b"#; }\n'),  # a raw string the hole must open
 ]

@@ -8,6 +8,8 @@
 - heldout-{single,multi,span}: dlmcode.training.evaluate's tasks (line, lines, span) in the built-in
   model's held-out standard-library files, so the model never trained on them; span tasks
   are cut at the benchmarked model's token boundaries, so they need its tokenizer.
+- guard-attacks, guard-attacks:FOLDER: holes cut where the guard used to give up (bench/attacks.py),
+  in the held-out standard-library files or in a folder's source files of any language.
 - a path: a .jsonl(.gz) file in the HumanEval-infilling format, or a folder of source files
   in any supported language (random spans).
 
@@ -30,6 +32,7 @@ from pathlib import Path
 from ..core.errors import InputError, UsageError
 from ..core.vocab import Tokenizer
 from ..text import syntax
+from . import attacks
 from . import heldout as held
 
 PER_FILE = 20  # holes drawn from each file of a folder; our choice
@@ -103,7 +106,19 @@ def check_limit(limit: int | None) -> None:
 
 def loader_for(name: str) -> Loader:
     """The loader of a suite name or path: a UsageError now for a name that is neither."""
+    if name.startswith(ATTACKS + ":"):
+        root = Path(name[len(ATTACKS) + 1 :]).expanduser()
+        if not root.is_dir():
+            raise UsageError(f"--suite {name!r}: {root} is not a folder")
+        return lambda tokenizer=None: _holes(attacks.folder(root))
     return SUITES.get(name) or path_loader(name)
+
+
+ATTACKS = "guard-attacks"
+
+
+def _holes(holes: list[attacks.Hole]) -> list[Task]:
+    return [Task(task_id, prompt, suffix, middle, lang=lang) for task_id, prompt, suffix, middle, lang in holes]
 
 
 def path_loader(name: str) -> Loader:
@@ -324,6 +339,7 @@ SUITES: dict[str, Loader] = {
     "humaneval-infill-span": partial(humaneval_infill, "span"),
     "humaneval-infill-span-light": partial(humaneval_infill, "span-light"),
     "humaneval": humaneval,
+    ATTACKS: lambda tokenizer=None: _holes(attacks.stdlib(heldout_files())),
 }
 
 

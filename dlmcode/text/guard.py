@@ -489,11 +489,16 @@ C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
 def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
     """Fillers worth trying for a hole between `before` and `after`, most neutral first: each body as it
     is, then with the brackets `after` closes opened before it and those `before` left open closed after it."""
-    (close, opens), inside = balance(before, after), open_literal(before, lang)
+    inside = open_literal(before, lang)
+    close, opens = balance(before + inside, after)  # brackets inside the open literal are its text
     out = [Filler("", "", "")] if blank else []
     if inside:  # the hole starts inside a string or comment: end it first
         out += [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
     quote = opened_after(after, lang)
+    if inside in ("'", '"') and quote == inside * 3:  # `r"` before, `""` cut: the hole completes a triple quote
+        out.append(Filler(inside * 2, "x", ""))
+    if lang == "python" and not inside:  # a hole inside leading indentation: complete it, nothing more
+        out += [Filler(i, " ", "") for i in dict.fromkeys([*indents(before, after), *completions(before, after)]) if i]
     if quote and not inside:  # the code after the hole starts inside a string: open it
         out += [
             Filler(i + q, "x", "")
@@ -686,13 +691,38 @@ def directives(before: str, after: str) -> list[Filler]:
     return out
 
 
+def completions(before: str, after: str) -> list[str]:
+    """Whitespace that completes a line's indentation, typed partly before the hole and partly after it, to a
+    level some line around uses."""
+    line = before[before.rfind("\n") + 1 :]
+    first = after.split("\n", 1)[0]
+    if line.strip() or not first.strip():
+        return []
+    tail = _lead(first)
+    seen = {_lead(x) for x in (before[-2000:] + "\n" + after[:2000]).split("\n") if x.strip()}
+    levels = seen | {x + "    " for x in seen} | {x + "\t" for x in seen}
+    out = [x[len(line) : len(x) - len(tail)] for x in levels if x.startswith(line) and x.endswith(tail)]
+    return sorted((x for x in out if x), key=len)
+
+
 def opened_after(after: str, lang: str) -> str:
-    """The quote of a string that `after` starts inside of, roughly ("" when it starts in code): an odd count
-    of a triple quote in its window, or of a one-line quote (or JavaScript's backtick) on its first line."""
+    """The quote of a string that `after` starts inside of, roughly ("" when it starts in code). Python: a
+    triple quote whose count is odd up to the next top-level statement, or under which the lines after
+    replay with fewer errors than as code (pyshape.py); else a backtick count that is odd; or a one-line
+    quote that is odd on its first line."""
     window = after[:CONTEXT]
-    for quote in ('"""', "'''") if lang == "python" else ("`",):
-        if _odd(window, quote):
-            return quote
+    if lang == "python":
+        top = re.search(r"^(def|class|import|from|@|if __name__)\b", window, re.M)  # no docstring goes on past it
+        odd = [q for q in ('"""', "'''") if _odd(window[: top.start()] if top is not None else window, q)]
+        if odd:
+            return odd[0]
+        code = pyshape.replay(pyshape.lines(window)).errors
+        inside = {q: pyshape.replay(pyshape.lines(q + window)).errors for q in ('"""', "'''") if q in window}
+        best = min(inside, key=inside.__getitem__, default=None)
+        if best is not None and inside[best] < code:
+            return best
+    elif _odd(window, "`"):
+        return "`"
     first = window.split("\n", 1)[0]
     if '"""' in first or "'''" in first:
         return ""

@@ -223,8 +223,7 @@ def bridges(before: str, after: str, limit: int = 6) -> tuple[tuple[str, str], .
     shape = replay(found)
     whole = len(after) < AFTER  # the file ends within the window: what is open at its end counts
     after = after[: code_end(after, AFTER)]
-    ahead = lines(after)
-    tail = ahead.pop(0) if ahead and after[:1] not in ("\n", "\r") and mask(after.split("\n", 1)[0]).strip() else None
+    tail, ahead = _tail(after)
     whole = whole and len(ahead) <= AHEAD
     out: list[tuple[str, str]] = []
     for head in _heads(cut):
@@ -255,6 +254,28 @@ def code_start(text: str, at: int) -> int:
             break
     line = text.find("\n", at - 1)
     return len(text) if line < 0 else line + 1
+
+
+def _tail(after: str) -> tuple[Line | None, list[Line]]:
+    """The statement the hole's last line begins (None when the hole ends its line and nothing is open), and the
+    logical lines after it. Closers in `after` with no opener make the statement run on to the line they end."""
+    masked = mask(after)
+    depth = low = 0
+    end = None
+    for i, ch in enumerate(masked):
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth < low:
+            low, end = depth, i
+    if end is not None:  # the hole opens what these close: one statement up to the end of that line
+        stop = masked.find("\n", end)
+        stop = len(masked) if stop < 0 else stop
+        head = masked[:stop]
+        first = next((x for x in head.split("\n") if x.strip()), "")
+        return Line(_lead(first), " ".join(x.strip() for x in head.split("\n")).strip()), lines(masked[stop:])
+    ahead = lines(masked)
+    if ahead and after[:1] not in ("\n", "\r") and masked.split("\n", 1)[0].strip():
+        return ahead[0], ahead[1:]
+    return None, ahead
 
 
 def code_end(text: str, at: int) -> int:
@@ -384,9 +405,12 @@ def _middles(
 def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
     """Candidate lines: a body for a waiting head, an `except` for open `try`s, then heads down to a depth."""
     yield []  # nothing: the code after the hole fits as it is (it may be the body a head waits for)
-    body = [shape.blocks[-1].head + step + "pass"] if shape.waiting else []
-    if body:
+    if shape.waiting:  # heads that are themselves the body the last head waits for
+        yield from _chains([], shape.blocks[-1].head + step, step)
+        body = [shape.blocks[-1].head + step + "pass"]
         yield body
+    else:
+        body = []
     start = shape.copy()
     for text in body:
         start.feed(Line(_lead(text), "pass"))
@@ -398,11 +422,19 @@ def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
         if closes:
             yield body + closes
             yield body + closes[:-1]  # the last `except` heads the lines below
-        for depth in range(1, 4):
-            for last in ("if x:", "try:"):
-                chain = [level + step * n + "if x:" for n in range(depth - 1)] + [level + step * (depth - 1) + last]
-                yield body + closes + chain
-                yield body + closes + chain + [level + step * depth + "pass"]
+        yield from _chains(body + closes, level, step)
+
+
+def _chains(lines_: list[str], level: str, step: str) -> Iterator[list[str]]:
+    """`lines_` then heads nested from `level` down to a depth, the deepest an `if` or a `try`, the outermost a
+    `def` too (the code below may `return`), each with and without a body of its own."""
+    for depth in range(1, 4):
+        for first, last in (("if x:", "if x:"), ("if x:", "try:"), ("def x():", "if x:"), ("if x:", "while x:")):
+            heads = [first if n == 0 else "if x:" for n in range(depth)]
+            heads[-1] = last if depth > 1 or first != "def x():" else first
+            chain = [level + step * n + head for n, head in enumerate(heads)]
+            yield lines_ + chain
+            yield lines_ + chain + [level + step * depth + "pass"]
 
 
 def _endings(shape: Shape, tail: Line | None, rest: list[Line], step: str, whole: bool, base: int) -> Iterator[str]:
