@@ -33,7 +33,7 @@ def test_each_python_class_cuts_what_it_names():
     (before, after, middle, _), *_ = found["docstring"]
     assert '"""' in middle and middle.rstrip().endswith("if x:")
     assert all("\t" in b + m + a and "    if" not in b + m + a for b, a, m, _ in found["tabs"])
-    for before, after, middle, _ in found["indent"]:
+    for before, *_ in found["indent"]:
         line = before[before.rfind("\n") + 1 :]
         assert line and not line.strip(), "the hole starts inside the leading indentation"
 
