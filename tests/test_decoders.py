@@ -183,7 +183,10 @@ def test_same_seed_same_output(name, temperature, tiny_model, make_canvas):
     assert all(torch.equal(x.scores, y.scores) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("name", DECODERS)
+# renoise's output is the argmax of its last call: on a masked canvas (no noise) the seed reaches it only through
+# the few positions accepted at that call, so 4 seeds may all agree; its seed is tested on a noise canvas
+# (tests/test_diffusion_gemma.py, where it must equal transformers' generate at each seed)
+@pytest.mark.parametrize("name", sorted(set(DECODERS) - {"renoise"}))
 def test_different_seeds_can_differ_at_temperature_1(name, tiny_model, make_canvas):
     canvas = canvas_for("end", tiny_model, make_canvas)
     decoder = build(name, {"temperature": 1.0})

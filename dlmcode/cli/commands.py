@@ -77,7 +77,15 @@ Source = Annotated[str, typer.Argument(help="a file, or - to read stdin")]
 Model = Annotated[
     str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")
 ]
-DecoderName = Annotated[str, typer.Option("--decoder", "-d", help="decoder name (see `dlmcode decoders`)")]
+DecoderName = Annotated[
+    str | None,
+    typer.Option(
+        "--decoder",
+        "-d",
+        help="decoder name (see `dlmcode decoders`) [default: the model family's own: renoise for DiffusionGemma, "
+        "low-confidence for the others]",
+    ),
+]
 Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable)")]
 Seed = Annotated[int, typer.Option(help="seed of the decoder's random generator", callback=seed_range)]
 Temperature = Annotated[
@@ -181,7 +189,8 @@ def decoder_checked(run: RunSettings, quiet: bool) -> RunSettings:
     comes after every cheaper check and before the model loads."""
     with starting(quiet):
         from ..jobs import fill
-    fill.make_decoder(run.decoder, run.options, run.temperature)
+    if run.decoder is not None:  # the family's own decoder is known once the model loads
+        fill.make_decoder(run.decoder, run.options, run.temperature)
     return run
 
 
@@ -224,7 +233,7 @@ def infill(
         ),
     ] = None,
     model: Model = None,
-    decoder: DecoderName = "low-confidence",
+    decoder: DecoderName = None,
     option: Options = None,
     seed: Seed = 0,
     temperature: Temperature = None,
@@ -298,7 +307,7 @@ def generate(
         typer.Option(help="tokens to generate, or auto (the length rule reads it from one probe call: docs/length.md)"),
     ] = "128",
     model: Model = None,
-    decoder: DecoderName = "low-confidence",
+    decoder: DecoderName = None,
     option: Options = None,
     seed: Seed = 0,
     temperature: Temperature = None,
@@ -783,7 +792,7 @@ def serve(
     model: Model = None,
     host: Annotated[str, typer.Option(help="address to listen on; beyond localhost, set --api-key")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port (8012: llama.vim's and llama.vscode's default)")] = 8012,
-    decoder: DecoderName = "low-confidence",
+    decoder: DecoderName = None,
     option: Annotated[
         list[str] | None,
         typer.Option(

@@ -2,6 +2,16 @@
 
 A decoder takes a Canvas, a Predict function and a seeded torch.Generator, and yields one
 Step per iteration. Nothing here knows about models, files or terminals.
+
+Two kinds of canvas reach a decoder, with one contract. On a masked canvas the model sees a
+hole as the mask token. On a noise canvas (a family whose model was trained on uniform noise,
+DiffusionGemma) the model sees each hole as a fresh uniform draw from the vocabulary at every
+call, drawn from the decode's own generator behind `predict` (models/blocks.py): to a decoder
+a hole is still a hole (`holes`, `fill`, `reopen`), a reopened position is renoised at the next
+call, and the generator it is handed is the one the noise comes from, so a seed fixes both.
+A block family's canvas also says where its blocks start (`blocks`): a decoder's
+semi-autoregressive blocks are then the family's blocks (decoders/base.blocks), since the model
+only ever sees one block past the finished ones.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ class Canvas:
     span: Tensor | None = (
         None  # (L,) bool: the positions a decoder may write (the holes it started from); None = the holes now
     )
+    blocks: tuple[int, ...] = ()  # where a block family's blocks start (models/blocks.py); () = the decoder's own
 
     def __post_init__(self) -> None:
         assert self.tokens.dim() == 1 and self.tokens.dtype == torch.long, (self.tokens.shape, self.tokens.dtype)
@@ -58,7 +69,7 @@ class Canvas:
         assert not bool((ids == self.mask_id).any()), "commit of the mask token"
         tokens = self.tokens.clone()
         tokens[pos] = ids.to(tokens.dtype)
-        return Canvas(tokens, self.mask_id, self.late_ids, self.writable.clone())
+        return Canvas(tokens, self.mask_id, self.late_ids, self.writable.clone(), self.blocks)
 
     def reopen(self, pos: Tensor) -> Canvas:
         """A new canvas with the committed positions `pos` turned back into holes (remasking).
@@ -70,7 +81,7 @@ class Canvas:
         span = self.writable.clone()
         tokens = self.tokens.clone()
         tokens[pos] = self.mask_id
-        return Canvas(tokens, self.mask_id, self.late_ids, span)
+        return Canvas(tokens, self.mask_id, self.late_ids, span, self.blocks)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ class RunSettings:
     language, KV cache) of one run."""
 
     model: ModelChoice = field(default_factory=lambda: ModelChoice())  # which model, and how it loads
-    decoder: Any = "low-confidence"  # a registry name, or a built Decoder
+    decoder: Any = "low-confidence"  # a registry name, or a built Decoder; None: the model family's own (Dlm.decoder)
     options: Mapping[str, Any] | None = None  # the decoder's settings (with a name only)
     temperature: float | None = None  # None: the decoder's own
     seed: int = 0

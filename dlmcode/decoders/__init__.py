@@ -24,6 +24,7 @@ from .margin import Margin
 from .mean_field import MeanField
 from .prophet import Prophet
 from .random import Random
+from .renoise import Renoise
 from .saber import Saber
 from .syntax_guard import SyntaxGuard
 from .threshold import Threshold
@@ -45,6 +46,7 @@ DECODERS: dict[str, type[Decoder]] = {
     "prophet": Prophet,
     "dus": Dus,
     "syntax-guard": SyntaxGuard,
+    "renoise": Renoise,
 }
 
 

@@ -54,10 +54,16 @@ def blocks(canvas: Canvas, size: int) -> list[Tensor]:
     """Hole positions split, in position order, into runs of `size` holes (0: one run).
 
     On a LLaDA generate canvas (prompt then holes) these are exactly LLaDA's positional blocks.
+    A block family's canvas names its own block starts (Canvas.blocks): the holes of each of
+    those blocks are one run, whatever `size` says, since its model sees one block at a time.
     """
     holes = canvas.holes.nonzero().squeeze(-1)  # (H,)
     if holes.numel() == 0:
         return []
+    if canvas.blocks:
+        starts = torch.tensor(canvas.blocks, dtype=holes.dtype, device=holes.device)
+        number = torch.searchsorted(starts, holes, right=True)  # (H,) 0: before the first block (context)
+        return [holes[number == n] for n in number.unique().tolist()]
     return list(holes.split(size)) if size > 0 else [holes]
 
 

@@ -26,6 +26,7 @@ from ..core.run import AUTO, RunSettings
 from ..models import cache as kvcache
 from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
+from ..models.blocks import BlockPredict
 from ..text import guard, judge, oracle, spans, syntax
 from . import expanding, sizing
 from .processors import Ban, Penalty, Processor, names, processed
@@ -105,6 +106,7 @@ class Job:
     notes: list[str] = dataclasses.field(default_factory=list)  # one line each for the user (a guard that cannot hold)
     sized: sizing.Sized | None = None  # the length rule's probe (its call and seconds count in the Result)
     growth: expanding.Growth | None = None  # holes that expand and delete as the model decides (then `plan` follows)
+    block_predict: BlockPredict | None = None  # a block family's last decode's predict (its forwards, for FLOPs)
 
     def __post_init__(self) -> None:
         self.unguarded = self.decoder  # a growing job builds the guard anew for each plan
@@ -190,11 +192,18 @@ class Job:
         return [(text[: h.start_char], text[h.end_char :]) for h in self.plan.holes]
 
     def steps(self) -> Iterator[Step]:
-        """The decoder's Steps; their `calls` include the length rule's probe, so every face counts it."""
+        """The decoder's Steps; their `calls` include the length rule's probe, so every face counts it.
+
+        A block family's decode gets a fresh exact-cache predict, whose noise (if any) is drawn
+        from the decoder's own generator (models/blocks.py)."""
         rng = torch.Generator().manual_seed(self.seed)
         if self.growth is not None:
             return expanding.rounds(self, functools.partial(self.round, rng=rng))
-        steps = self.decoder(self.plan.canvas, processed(self.dlm.predict, self.processors), rng)
+        canvas, predict = self.plan.canvas, self.dlm.predict
+        if self.dlm.blocks is not None:
+            predict = self.block_predict = BlockPredict(self.dlm.blocks, canvas.tokens, canvas.mask_id, rng)
+            canvas = dataclasses.replace(canvas, blocks=predict.starts)
+        steps = self.decoder(canvas, processed(predict, self.processors), rng)
         return shifted(steps, self.probe_calls) if self.probe_calls else steps
 
     def round(self, plan: spans.Plan, limits: expanding.Limits, rng: torch.Generator) -> Iterator[Step]:
@@ -421,8 +430,20 @@ def unknown_holes(source: str, span: tuple[int, int] | None, length: int | str |
 
 
 def decoding(dlm: Dlm, run: RunSettings) -> tuple[Decoder, Dlm]:
-    """The run's decoder (temperature applied, codila's assistant attached) and the model behind its KV cache."""
-    built = with_assistant(make_decoder(run.decoder, run.options, run.temperature), dlm)  # codila: its assistant
+    """The run's decoder (temperature applied, codila's assistant attached) and the model behind its KV cache.
+
+    No decoder named (None): the family's own, with the settings it publishes under the run's."""
+    name, options = run.decoder, run.options
+    if name is None:
+        name, options = dlm.decoder, {**dlm.decoder_options, **(run.options or {})}
+    built = with_assistant(make_decoder(name, options, run.temperature), dlm)  # codila: its assistant
+    if dlm.blocks is not None:  # a block family's exact cache stands behind every decode (models/blocks.py)
+        if run.cache != "none":
+            raise UsageError(
+                f"--cache {run.cache}: model {dlm.name!r} ({dlm.family}) decodes block by block with its own exact "
+                "cache"
+            )
+        return built, dlm
     return built, kvcache.with_cache(dlm, run.cache, run.cache_refresh, getattr(built, "block", 0))
 
 

@@ -2,8 +2,8 @@
 
 FAMILIES is the registry of adapters; each module has `matches(config) -> bool` and
 `load(path, device, dtype, trust_remote_code) -> Dlm`. Detection asks them in registry order
-and the first match wins: builtin (model_type "dlmcode"), llada, dream, and masked-lm last
-because it is the broadest. `family=` (--family) overrides detection.
+and the first match wins: builtin (model_type "dlmcode"), llada, dream, the block-diffusion
+families, and masked-lm last because it is the broadest. `family=` (--family) overrides detection.
 
 A name is a local folder or a Hugging Face hub id. A hub id is taken from the local cache
 when it is there (no network); otherwise it is downloaded, with huggingface_hub's progress
@@ -27,13 +27,19 @@ import torch
 
 from ..core.errors import DlmcodeError, ModelError, UsageError
 from ..core.vocab import Tokenizer
-from . import builtin, dream, hf, llada, masked_lm
+from . import builtin, diffusion_gemma, dream, hf, llada, masked_lm
 from .base import Dlm
 from .device import resolve_device, resolve_dtype
 
 __all__ = ["FAMILIES", "Dlm", "Tokenizer", "load"]
 
-FAMILIES = {"builtin": builtin, "llada": llada, "dream": dream, "masked-lm": masked_lm}
+FAMILIES = {
+    "builtin": builtin,
+    "llada": llada,
+    "dream": dream,
+    "diffusion-gemma": diffusion_gemma,
+    "masked-lm": masked_lm,
+}
 BUILTIN = "builtin"  # the name (and family) of the model shipped in dlmcode/weights/builtin
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "org/name" or a legacy bare "name"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +11,7 @@ import torch
 from ..core.canvas import Predict
 from ..core.run import CacheSettings
 from ..core.vocab import Tokenizer, Vocab
+from .blocks import Blocks
 
 
 @dataclass
@@ -42,6 +43,10 @@ class Dlm:
     )
     expand_id: int | None = None  # a hole that decodes it becomes two (trained to: DreamOn); None: the model never was
     delete_id: int | None = None  # with expand_id: a hole that decodes it ends its fill there (jobs/expanding.py)
+    blocks: Blocks | None = None  # a block-diffusion family's blocks, exact cache and noise (models/blocks.py)
+    decoder: str = "low-confidence"  # the family's own decoder, what a run without --decoder uses
+    decoder_options: Mapping[str, Any] = field(default_factory=dict)  # its settings as the family publishes them
+    infill: str = "native"  # how it fills a span: native (both sides seen) or prompt (the suffix goes before)
 
     @property
     def vocab(self) -> Vocab:

@@ -1,0 +1,163 @@
+"""DiffusionGemma's sampler: entropy-bound acceptance over the whole block, the rest renoised, argmax at the end.
+
+At every call the whole block is decided anew (transformers' EntropyBoundSampler with its
+generate's stopping rule, restated): a token is sampled at every position of the block; the
+positions are sorted by the entropy of their distribution, lowest first, and the longest
+prefix whose entropies sum, less its largest, to at most `bound` is accepted (an upper bound
+on the mutual information of the accepted tokens, EB-sampler, arXiv 2505.24857); every other
+position goes back to being a hole, which a noise canvas shows as fresh noise at the next
+call (core/canvas.py). Positions accepted before are taken back and decided again, so each
+step reopens what the block holds and commits what it accepts. The block ends when the
+argmax of every position has stayed the same for `stability` calls and the mean entropy is
+under `confidence`, or after `steps` calls; the block is then the argmax at every position
+(not the last sample), committed in that last call's step.
+
+Its generate draws a sample and a renoising of the block at the last call too and throws them
+away; so does this decoder (from the decode's generator), so that a seed gives its tokens exactly.
+On a masked canvas it runs the same way (a reopened position is the mask token again).
+Guarded, the last call commits what the guard admits of the argmax, and the holes left are
+filled by argmax, one call each at least, as the shared loops do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..core import sampling
+from ..core.canvas import Canvas, Predict, Step
+from .base import EMPTY, Revising, blocks, check, open_gate, setting
+
+
+@dataclass(frozen=True)
+class Renoise(Revising):
+    """DiffusionGemma's own sampler: accept the lowest-entropy tokens under an entropy bound, renoise the rest,
+    end on a stable, confident argmax.
+
+    Every call decides the whole block again; `steps` calls at most per block.
+    """
+
+    temperature: float = setting(
+        1.0, "samples from softmax(logits / T) (the family's schedule already applied); 0 = argmax"
+    )
+    steps: int = setting(48, "calls per block at most (DiffusionGemma's max_denoising_steps)")
+    bound: float = setting(
+        0.1, "entropy bound (nats): accepted tokens' entropies, less the largest, sum to at most this"
+    )
+    stability: int = setting(1, "calls the argmax must stay the same before a block may end (0: no such condition)")
+    confidence: float = setting(0.005, "mean entropy (nats) under which a block may end")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.steps >= 1, "steps", self.steps, "must be >= 1")
+        check(self.bound > 0, "bound", self.bound, "must be > 0")
+        check(self.stability >= 0, "stability", self.stability, "must be >= 0")
+        check(self.confidence > 0, "confidence", self.confidence, "must be > 0")
+
+    def reopens(self, n_holes: int) -> int:
+        """Each call but a block's first may take back every position of the block."""
+        return (self.steps - 1) * n_holes
+
+    def max_calls(self, n_holes: int) -> int:
+        """`steps` calls per block (a block holds a hole at least); guarded, one more per hole at most."""
+        return self.steps * n_holes + (n_holes if self.guard else 0)
+
+    def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
+        state = {"calls": 0, "index": 0}
+        gate = open_gate(self, canvas)
+        for number, positions in enumerate(blocks(canvas, self.block)):
+            for step in self.block_steps(canvas, positions, number, predict, rng, gate, state):
+                canvas = step.canvas
+                yield step
+
+    def block_steps(
+        self,
+        canvas: Canvas,
+        positions: Tensor,
+        number: int,
+        predict: Predict,
+        rng: torch.Generator,
+        gate: object,
+        state: dict[str, int],
+    ) -> Iterator[Step]:
+        history: Tensor | None = None
+        for call in range(self.steps):
+            logits = predict(canvas.tokens)  # (L, V)
+            rows = sampling.without(logits[positions.to(logits.device)], canvas.mask_id).cpu()  # (n, V)
+            entropy = torch.distributions.Categorical(logits=rows).entropy()  # (n,) as its generate computes it
+            best = rows.argmax(-1)  # (n,)
+            stable, history = self.stable(best, history)
+            last = call == self.steps - 1 or (stable and bool(entropy.mean() < self.confidence))
+            drawn = self.sample(rows, rng)  # drawn at the last call too, as its generate draws it
+            if last:
+                ids, take = best, torch.ones_like(best, dtype=torch.bool)
+            else:
+                ids, take = drawn, accept(entropy, self.bound)
+            canvas, step = self.commit(canvas, logits, positions, ids, take, rows, gate, state, number, True)
+            yield step
+            if last:
+                torch.randint(0, rows.shape[-1], (len(positions),), generator=rng)  # the renoising its generate drops
+                break
+        while bool(canvas.holes[positions].any()):  # guarded: what the guard left of the argmax
+            logits = predict(canvas.tokens)  # (L, V)
+            rows = sampling.without(logits[positions.to(logits.device)], canvas.mask_id).cpu()  # (n, V)
+            holes = canvas.holes[positions]  # (n,)
+            canvas, step = self.commit(
+                canvas, logits, positions, rows.argmax(-1), holes, rows, gate, state, number, False
+            )
+            yield step
+
+    def stable(self, best: Tensor, history: Tensor | None) -> tuple[bool, Tensor | None]:
+        """Whether the argmax equals that of each of the last `stability` calls (never true before that many)."""
+        if self.stability == 0:
+            return True, None
+        if history is None:
+            history = torch.full((self.stability, len(best)), -1, dtype=best.dtype)  # (S, n)
+        same = bool((history == best[None]).all())
+        history = torch.roll(history, shifts=-1, dims=0)
+        history[-1] = best
+        return same, history
+
+    def sample(self, rows: Tensor, rng: torch.Generator) -> Tensor:
+        """A token per row from softmax(rows / T) by torch.multinomial (as its generate draws), or argmax at T = 0."""
+        if self.temperature == 0:
+            return rows.argmax(-1)
+        scaled = rows if self.temperature == 1 else rows / self.temperature
+        probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)  # (n, V)
+        return torch.multinomial(probs, num_samples=1, generator=rng).squeeze(-1)  # (n,)
+
+    def commit(
+        self,
+        canvas: Canvas,
+        logits: Tensor,
+        positions: Tensor,
+        ids: Tensor,
+        take: Tensor,
+        rows: Tensor,
+        gate: object,
+        state: dict[str, int],
+        number: int,
+        renew: bool,
+    ) -> tuple[Canvas, Step]:
+        """Take back what the block holds (when `renew`), commit `ids` where `take` (through the guard), as one Step."""
+        back = positions[~canvas.holes[positions]] if renew else EMPTY
+        canvas = canvas.reopen(back) if back.numel() else canvas
+        pos, new = positions[take.to(positions.device)], ids[take].to(canvas.tokens.device)
+        scores = torch.softmax(rows[take], dim=-1).gather(-1, ids[take][:, None]).squeeze(-1)  # (k,) their probability
+        if gate is not None and pos.numel():
+            pos, new, scores = gate.admit(canvas.tokens, logits, pos, new, scores)
+        canvas = canvas.fill(pos, new)
+        state["calls"] += 1
+        step = Step(state["index"], canvas, pos, scores, state["calls"], {"block": number}, back)
+        state["index"] += 1
+        return canvas, step
+
+
+def accept(entropy: Tensor, bound: float) -> Tensor:
+    """(n,) bool: the lowest-entropy positions whose entropies, less the largest of them, sum to at most `bound`."""
+    ordered, order = torch.sort(entropy, dim=-1, descending=False)
+    chosen = torch.cumsum(ordered, dim=-1) - ordered <= bound  # sorted ascending: the last is the largest
+    return torch.zeros_like(chosen).scatter(-1, order, chosen)

@@ -1,0 +1,168 @@
+"""Block diffusion behind `predict`: the family's blocks, its exact KV cache of finished blocks, its noise.
+
+A block-diffusion model (SDAR, LLaDA2, DiffusionGemma) decodes a canvas block by block:
+attention is causal between blocks and bidirectional inside one, so a finished block never
+changes what came before it, and the keys and values of everything before the active block
+can be kept exactly (not approximately, as models/cache.py keeps them for full-attention
+models). A family says how it does that with a `Blocks`: its block size, where its blocks
+start on a canvas, whether its holes are mask tokens or noise, and `open()`, a fresh `Session`
+(the model with an empty cache) for one decode.
+
+`BlockPredict` is the `predict` a decoder gets for one decode (the job makes it, jobs/fill.py):
+the active block is the one holding the first hole; everything before it goes into the
+session's cache (only what is not there yet; a changed token earlier drops the cache from
+there on, so the logits stay exact whatever a decoder does); only the block's positions run.
+Rows outside the active block are zeros: the model has not seen those positions yet (later
+blocks) or no longer scores them (finished ones). On a noise canvas the block's holes are
+shown as uniform draws from the vocabulary, drawn at every call from the decode's generator
+(core/canvas.py says what that offers a decoder).
+
+Every forward is counted (queries run, keys attended) so that `flops` can say what a decode
+cost against recomputing the whole canvas at every call (bench/speed.py shows both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+class Session(Protocol):
+    """One decode's model with its exact cache: `length` tokens are in it."""
+
+    length: int
+    forwards: list[tuple[int, int]]  # (queries run, keys attended) of every forward so far
+
+    def extend(self, ids: Tensor) -> None: ...  # (n,) finished tokens at positions length.. join the cache
+
+    def truncate(self, n: int) -> None: ...  # keep the cache of the first n tokens only
+
+    def run(self, ids: Tensor) -> Tensor: ...  # (n,) a block at positions length.. -> (n, V) logits; cache unchanged
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A forward's multiply-adds as a function of its queries and keys (2 FLOPs each), from the config."""
+
+    per_token: int  # weights a token passes through: attention projections, MLP or routed experts, head
+    per_key: int  # per query and key: q.k and the weighted sum of v over every layer's heads
+
+    def flops(self, queries: int, keys: int) -> int:
+        return 2 * queries * (self.per_token + self.per_key * keys)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """How a family decodes block by block (the Dlm's `blocks`)."""
+
+    size: int  # positions per block (SDAR 4, LLaDA2 32, DiffusionGemma its canvas_length)
+    aligned: bool  # blocks at multiples of `size` from position 0 (SDAR, LLaDA2); False: from the first hole (Gemma)
+    noise: int  # 0: holes are shown as the mask token; > 0: as uniform draws from range(noise)
+    open: Callable[[], Session]  # a fresh session (empty cache) for one decode
+    cost: Cost | None = None  # FLOPs of a forward; None: not counted
+
+    def starts(self, tokens: Tensor, mask_id: int) -> tuple[int, ...]:
+        """Where the blocks of a canvas start: from the block holding the first hole to the end."""
+        holes = (tokens == mask_id).nonzero()
+        if holes.numel() == 0:
+            return ()
+        first = int(holes[0])
+        begin = first - first % self.size if self.aligned else first
+        return tuple(range(begin, len(tokens), self.size))
+
+
+@dataclass
+class BlockPredict:
+    """A decode's predict over a block family (see the module docstring), made from the decode's first canvas;
+    `rng` draws a noise canvas's holes.
+
+    A canvas with code after its last hole (an infill) cannot show that code to the holes in
+    place: attention is causal between blocks, and it would come after them. It goes first
+    instead (`preamble`), into the cache before anything else: the family fills a span through
+    its prompt, the code after the span read before the code before it (`Dlm.infill`).
+    """
+
+    blocks: Blocks
+    tokens: Tensor  # (L,) the decode's first canvas
+    mask_id: int
+    rng: torch.Generator | None = None
+    starts: tuple[int, ...] = field(init=False)  # where its blocks start (Canvas.blocks)
+    stop: int = field(init=False)  # one past the last hole: the blocks end there
+    preamble: Tensor = field(init=False)  # the tokens after the last hole, cached first
+    session: Session = field(init=False)
+    cached: Tensor = field(init=False)  # the tokens in the session's cache
+
+    def __post_init__(self) -> None:
+        tokens = self.tokens.cpu()
+        holes = (tokens == self.mask_id).nonzero()
+        self.stop = int(holes[-1]) + 1 if holes.numel() else len(tokens)
+        self.starts = self.blocks.starts(tokens[: self.stop], self.mask_id)
+        self.preamble = tokens[self.stop :].clone()
+        self.session = self.blocks.open()
+        self.cached = torch.empty(0, dtype=torch.long)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        tokens = tokens.cpu()
+        a, b = self.active(tokens)
+        self.settle(torch.cat([self.preamble, tokens[:a]]))
+        shown = self.shown(tokens[a:b])
+        with torch.inference_mode():
+            rows = self.session.run(shown)  # (b - a, V)
+        out = torch.zeros((len(tokens), rows.shape[-1]), dtype=torch.float32)  # (L, V)
+        out[a:b] = rows.float().cpu()
+        return out
+
+    def active(self, tokens: Tensor) -> tuple[int, int]:
+        """[start, stop) of the block holding the first hole (the last block when none is left)."""
+        holes = (tokens[: self.stop] == self.mask_id).nonzero()
+        first = int(holes[0]) if holes.numel() else self.stop - 1
+        a = max([s for s in self.starts if s <= first], default=0)
+        return a, min([s for s in self.starts if s > a], default=self.stop)
+
+    def settle(self, before: Tensor) -> None:
+        """Make the cache hold exactly `before`: drop it from the first token that differs, add what is missing."""
+        n = min(len(self.cached), len(before))
+        same = int((self.cached[:n] == before[:n]).long().cumprod(0).sum()) if n else 0
+        if same < len(self.cached):
+            self.session.truncate(same)
+            self.cached = self.cached[:same]
+        if len(before) > same:
+            with torch.inference_mode():
+                self.session.extend(before[same:])
+            self.cached = before.clone()
+
+    def shown(self, block: Tensor) -> Tensor:
+        """The block as the model sees it: on a noise canvas, every hole a fresh uniform draw (one per position)."""
+        if not self.blocks.noise or not bool((block == self.mask_id).any()):
+            return block
+        assert self.rng is not None, "a noise canvas draws its holes from the decode's generator"
+        draw = torch.randint(0, self.blocks.noise, (len(block),), generator=self.rng)  # (n,) the whole block, as drawn
+        return torch.where(block == self.mask_id, draw, block)
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of every forward so far (0 when the family does not count them)."""
+        cost = self.blocks.cost
+        return sum(cost.flops(q, k) for q, k in self.session.forwards) if cost else 0
+
+
+def full_canvas_flops(cost: Cost, length: int, calls: int) -> int:
+    """FLOPs of `calls` forwards that each recompute the whole canvas of `length` positions (no cache)."""
+    return calls * cost.flops(length, length)
+
+
+def predict_once(blocks: Blocks, mask_id: int, seed: int = 0) -> Callable[[Tensor], Tensor]:
+    """A stateless predict (the Dlm's `predict`): each call a fresh session from the canvas it is given.
+
+    For what reads one call's logits outside a decode (the length rule's probe): the block
+    holding the first hole is scored after everything before it (noise drawn from `seed`).
+    """
+
+    def predict(tokens: Tensor) -> Tensor:
+        return BlockPredict(blocks, tokens, mask_id, torch.Generator().manual_seed(seed))(tokens)
+
+    return predict
