@@ -176,7 +176,8 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
         ["generate", str(prompt), "-m", model, "--device", "cpu", "--length", "5", "--seed", "2", "--no-chat", "-q"],
     )
     assert result.exit_code == 0, result.stderr
-    expected = RunSettings(model=ModelChoice(model, "cpu"), options={}, seed=2, length=5, lang="python")
+    # no --decoder: None, the model family's own (Dlm.decoder), chosen once the model is loaded
+    expected = RunSettings(model=ModelChoice(model, "cpu"), decoder=None, options={}, seed=2, length=5, lang="python")
     assert seen["load"] == [expected.model] and seen["generate"] == [expected]
 
     for flags, says in [

@@ -16,6 +16,7 @@ from ..core.errors import UsageError
 from .codila import Codila
 from .dico import DiCo
 from .dus import Dus
+from .dynamic import Dynamic
 from .eb import EntropyBound
 from .entropy import Entropy
 from .factor import Factor
@@ -47,6 +48,7 @@ DECODERS: dict[str, type[Decoder]] = {
     "dus": Dus,
     "syntax-guard": SyntaxGuard,
     "renoise": Renoise,
+    "dynamic": Dynamic,
 }
 
 

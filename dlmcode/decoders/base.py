@@ -41,6 +41,16 @@ class BlockState(NamedTuple):
     count: int
     holes: int  # holes in the block when it started
     step: int  # 0-based step within the block
+    size: int = 0  # positions a block family's block spans (its first may hold the prompt's tail); 0: its holes
+
+
+def span_of(canvas: Canvas, positions: Tensor) -> int:
+    """Positions the block of `positions` spans: a family block's width (Canvas.blocks), else its holes."""
+    if not canvas.blocks or positions.numel() == 0:
+        return len(positions)
+    first = int(positions[0])
+    start = max(s for s in canvas.blocks if s <= first)
+    return min((s for s in canvas.blocks if s > start), default=len(canvas.tokens)) - start
 
 
 class Choice(NamedTuple):
@@ -119,7 +129,7 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
     gate = open_gate(decoder, canvas)
     runs = blocks(canvas, decoder.block)
     for number, positions in enumerate(runs):
-        step, owed = 0, EMPTY
+        step, owed, size = 0, EMPTY, span_of(canvas, positions)
         schedule = decoder.steps_for(len(positions), number, len(runs))
         while bool(canvas.holes[positions].any()):
             logits = predict(canvas.tokens)  # (L, V)
@@ -131,7 +141,7 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
             pos, ids, scores = EMPTY, EMPTY, torch.empty(0)
             if visible.numel():
                 pos, ids, scores = propose(
-                    decoder, logits, canvas, visible, BlockState(number, len(runs), len(positions), step), rng
+                    decoder, logits, canvas, visible, BlockState(number, len(runs), len(positions), step, size), rng
                 )
             if gate is not None:
                 pos, ids, scores, owed = through_gate(

@@ -107,6 +107,7 @@ class Job:
     sized: sizing.Sized | None = None  # the length rule's probe (its call and seconds count in the Result)
     growth: expanding.Growth | None = None  # holes that expand and delete as the model decides (then `plan` follows)
     block_predict: BlockPredict | None = None  # a block family's last decode's predict (its forwards, for FLOPs)
+    cut: spans.Plan | None = None  # the asked length's plan when the canvas was made longer to end on a block
 
     def __post_init__(self) -> None:
         self.unguarded = self.decoder  # a growing job builds the guard anew for each plan
@@ -224,9 +225,11 @@ class Job:
         final = follow(counting(self.steps(), taken, committed))
         seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0) + self.first_search()
         canvas = final.canvas if final else self.plan.canvas
-        filled = spans.splice(
-            self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
-        )
+        plan = self.plan
+        if self.cut is not None:  # the tokens past the asked length finished the last block; they are dropped
+            plan = self.cut
+            canvas = dataclasses.replace(canvas, tokens=canvas.tokens[: len(plan.canvas.tokens)], span=None, blocks=())
+        filled = spans.splice(plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
         text = self.finish(filled) if self.finish else filled.text
         return Result(
             text=text,
@@ -507,7 +510,7 @@ def generate_job(
     elif run.length == AUTO:
         ends = tuple(i for i in (model.eos_id, model.eot_id) if i is not None)
         sized = probed(dlm, plan_for(room), [0], ends)
-    plan = plan_for(expanding.START if growth else sized.lengths[0] if sized else run.length)
+    plan, cut = whole_blocks(plan_for, expanding.START if growth else sized.lengths[0] if sized else run.length, model)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     processors = eos.processors(model)
     processors += growth_bans(model) if growth else ()
@@ -522,6 +525,7 @@ def generate_job(
             processors=processors,
             sized=sized,
             growth=growth,
+            cut=cut,
         )
     if oracle.wants(built):
         raise UsageError(
@@ -540,7 +544,25 @@ def generate_job(
         processors=processors,
         sized=sized,
         growth=growth,
+        cut=cut,
     )
+
+
+def whole_blocks(
+    plan_for: Callable[[int], spans.Plan], length: int, model: Dlm
+) -> tuple[spans.Plan, spans.Plan | None]:
+    """The plan of `length` holes, and None; on a family whose blocks sit at multiples of its block size, a plan
+    that ends on a block's end (its generate decodes whole blocks, the holes past the asked length among them)
+    and the asked one, to cut the result back to."""
+    plan = plan_for(length)
+    spec = model.blocks
+    if spec is None or not spec.aligned or len(plan.canvas.tokens) % spec.size == 0:
+        return plan, None
+    extra = spec.size - len(plan.canvas.tokens) % spec.size
+    longer = plan_for(length + extra)
+    if len(longer.canvas.tokens) != len(plan.canvas.tokens) + extra:  # windowed to the context: as asked
+        return plan, None
+    return longer, plan
 
 
 def prepare_middle(

@@ -27,7 +27,7 @@ import torch
 
 from ..core.errors import DlmcodeError, ModelError, UsageError
 from ..core.vocab import Tokenizer
-from . import builtin, diffusion_gemma, dream, hf, llada, masked_lm
+from . import builtin, diffusion_gemma, dream, hf, llada, llada2, masked_lm, sdar
 from .base import Dlm
 from .device import resolve_device, resolve_dtype
 
@@ -38,6 +38,8 @@ FAMILIES = {
     "llada": llada,
     "dream": dream,
     "diffusion-gemma": diffusion_gemma,
+    "sdar": sdar,
+    "llada2": llada2,
     "masked-lm": masked_lm,
 }
 BUILTIN = "builtin"  # the name (and family) of the model shipped in dlmcode/weights/builtin

@@ -13,9 +13,10 @@ the active block is the one holding the first hole; everything before it goes in
 session's cache (only what is not there yet; a changed token earlier drops the cache from
 there on, so the logits stay exact whatever a decoder does); only the block's positions run.
 Rows outside the active block are zeros: the model has not seen those positions yet (later
-blocks) or no longer scores them (finished ones). On a noise canvas the block's holes are
-shown as uniform draws from the vocabulary, drawn at every call from the decode's generator
-(core/canvas.py says what that offers a decoder).
+blocks) or no longer scores them (finished ones). A last block that the canvas's end cuts
+short is shown whole, its missing positions as holes, as the families' own generate pads it.
+On a noise canvas the block's holes are shown as uniform draws from the vocabulary, drawn at
+every call from the decode's generator (core/canvas.py says what that offers a decoder).
 
 Every forward is counted (queries run, keys attended) so that `flops` can say what a decode
 cost against recomputing the whole canvas at every call (bench/speed.py shows both).
@@ -109,9 +110,10 @@ class BlockPredict:
         tokens = tokens.cpu()
         a, b = self.active(tokens)
         self.settle(torch.cat([self.preamble, tokens[:a]]))
-        shown = self.shown(tokens[a:b])
+        short = max(self.blocks.size - (b - a), 0)  # a last block cut short by the canvas's end
+        block = torch.cat([tokens[a:b], torch.full((short,), self.mask_id)])  # shown whole, as the model was trained
         with torch.inference_mode():
-            rows = self.session.run(shown)  # (b - a, V)
+            rows = self.session.run(self.shown(block))[: b - a]  # (b - a, V)
         out = torch.zeros((len(tokens), rows.shape[-1]), dtype=torch.float32)  # (L, V)
         out[a:b] = rows.float().cpu()
         return out

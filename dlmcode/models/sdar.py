@@ -1,0 +1,187 @@
+"""Family adapter for SDAR (JetAstra; `SDARForCausalLM`, `SDARMoeForCausalLM`): block diffusion on Qwen3.
+
+SDAR is Qwen3 (dense) or Qwen3-MoE, trained to denoise a block of masked tokens attending
+bidirectionally inside the block and causally to the blocks before it (its modeling_sdar.py is
+Qwen3's with that mask). Its weights are Qwen3's under the same names, so dlmcode runs them on
+transformers' own Qwen3ForCausalLM / Qwen3MoeForCausalLM (no remote code), with a
+block-causal mask and an exact cache of finished blocks (models/blocks.py). Blocks sit at
+multiples of the block size from position 0, the prompt's tail in the first one (its
+generate.py), 4 positions unless config.json says otherwise. Its own rule is the `dynamic`
+decoder (low_confidence_dynamic: 4 steps a block, threshold 0.85, its generate.py defaults).
+
+A finished block goes into the cache with the next block's first call, in the same forward
+(its generate.py runs one more forward per block for that): the same keys and values,
+one call fewer a block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..core.errors import ModelError
+from . import blocks, hf
+from .base import Dlm
+
+ARCHS = ("SDARForCausalLM", "SDARMoeForCausalLM")
+BLOCK = 4  # generate.py's block_length
+STEPS = 4  # generate.py's denoising_steps
+THRESHOLD = 0.85  # generate.py's confidence_threshold
+MASK_TOKEN = "<|MASK|>"  # its tokenizer's mask token, looked up by name when the tokenizer does not say
+
+
+def matches(config: dict) -> bool:
+    return config.get("model_type") in ("sdar", "sdar_moe") or any(
+        a in ARCHS for a in config.get("architectures") or []
+    )
+
+
+def block_mask(query_pos: Tensor, key_pos: Tensor, size: int, dtype: torch.dtype) -> Tensor:
+    """(1, 1, q, k) additive mask: a query sees every key whose block is not after its own (block-causal)."""
+    seen = (key_pos[None, :] // size) <= (query_pos[:, None] // size)  # (q, k)
+    return torch.zeros(seen.shape, dtype=dtype, device=query_pos.device).masked_fill(~seen, float("-inf"))[None, None]
+
+
+class CausalSession:
+    """One decode's block-causal model with its exact cache (blocks.Session) over a transformers causal LM.
+
+    Finished tokens wait (`pending`) and run with the next block, in one forward under the
+    block-causal mask; that block's own keys are then dropped again, so the cache holds only
+    finished tokens."""
+
+    def __init__(self, model: Any, size: int) -> None:
+        from transformers import DynamicCache
+
+        self.model, self.size = model, size
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.stored = 0  # tokens whose keys and values are in `cache`
+        self.pending = torch.empty(0, dtype=torch.long)
+        self.forwards: list[tuple[int, int]] = []
+
+    @property
+    def length(self) -> int:
+        return self.stored + len(self.pending)
+
+    def extend(self, ids: Tensor) -> None:
+        self.pending = torch.cat([self.pending, ids.cpu()])
+
+    def truncate(self, n: int) -> None:
+        if n >= self.stored:
+            self.pending = self.pending[: n - self.stored]
+            return
+        self.cache.crop(n - self.stored)  # a negative count: that many keys dropped from the end
+        self.stored, self.pending = n, self.pending[:0]
+
+    def run(self, ids: Tensor) -> Tensor:
+        """(n,) the active block after everything cached -> (n, V) logits; the block leaves no keys behind."""
+        x = torch.cat([self.pending, ids.cpu()]).to(self.device)  # (m,)
+        pos = torch.arange(self.stored, self.stored + len(x), device=self.device)  # (m,)
+        keys = torch.arange(0, self.stored + len(x), device=self.device)
+        mask = block_mask(pos, keys, self.size, self.model.dtype)
+        out = self.model(
+            input_ids=x[None], attention_mask=mask, position_ids=pos[None], cache=self.cache, use_cache=True
+        )
+        self.forwards.append((len(x), self.stored + len(x)))
+        self.cache.crop(-len(ids))
+        self.stored, self.pending = self.stored + len(self.pending), self.pending[:0]
+        return out.logits[0, -len(ids) :].float()  # (n, V)
+
+
+def cost(config: Any) -> blocks.Cost:
+    """Multiply-adds per token (attention projections, MLP or routed experts and router, head) and per key."""
+    d, heads, kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    hd = getattr(config, "head_dim", None) or d // heads
+    experts = getattr(config, "num_experts", 0) or 0
+    mlp = (
+        d * experts + config.num_experts_per_tok * 3 * d * config.moe_intermediate_size
+        if experts
+        else 3 * d * config.intermediate_size
+    )
+    per_layer = d * hd * (2 * heads + 2 * kv) + mlp
+    return blocks.Cost(
+        config.num_hidden_layers * per_layer + d * config.vocab_size, config.num_hidden_layers * 2 * heads * hd
+    )
+
+
+def qwen3_config(config: dict) -> Any:
+    """The folder's config.json as transformers' Qwen3 (or Qwen3-MoE) config: the same fields, another name."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    moe = config.get("model_type") == "sdar_moe" or "SDARMoeForCausalLM" in (config.get("architectures") or [])
+    fields = {
+        k: v for k, v in config.items() if k not in ("model_type", "architectures", "auto_map", "transformers_version")
+    }
+    return (Qwen3MoeConfig if moe else Qwen3Config)(**fields)
+
+
+def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with hf.quiet():
+            model = AutoModelForCausalLM.from_pretrained(
+                path, config=qwen3_config(config), **hf.pretrained_kwargs(dtype, False)
+            )
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"model {hf.label(path)!r}: cannot load it as SDAR ({hf.first_line(err)})") from None
+    return model.to(device).eval()
+
+
+def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
+    config = hf.read_config(path)
+    tok = hf.load_tokenizer(path, trust_remote_code=False)
+    model = load_model(path, config, device, dtype)
+    vocab = int(model.config.vocab_size)
+    size = int(config.get("block_size") or config.get("block_length") or BLOCK)
+    mask_id = hf.require_mask(
+        path,
+        hf.first_id(tok.mask_token_id, hf.token_id(tok, MASK_TOKEN), config.get("mask_token_id"), vocab_size=vocab),
+    )
+    spec = blocks.Blocks(
+        size=size, aligned=True, noise=0, open=lambda: CausalSession(model, size), cost=cost(model.config)
+    )
+    options = {"steps": STEPS, "threshold": THRESHOLD}
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    return causal_dlm(path, config, tok, model, spec, mask_id, "sdar", options, vocab, eos)
+
+
+def causal_dlm(
+    path: Path,
+    config: dict,
+    tok: Any,
+    model: Any,
+    spec: blocks.Blocks,
+    mask_id: int,
+    family: str,
+    options: dict,
+    vocab: int,
+    eos: Any = None,
+) -> Dlm:
+    """The Dlm of a block-causal masked family (SDAR, LLaDA2): ids from generation_config (`eos`), the tokenizer,
+    then config.json."""
+    eos_id = hf.first_id(eos, config.get("eos_token_id"), tok.eos_token_id, vocab_size=vocab)
+    pad_id = hf.first_id(tok.pad_token_id, config.get("pad_token_id"), vocab_size=vocab)
+    bos_id = hf.bos_of(hf.framing(tok))
+    return Dlm(
+        name=hf.label(path),
+        family=family,
+        tokenizer=hf.HfTokenizer(tok),
+        mask_id=mask_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        context=int(config.get("max_position_embeddings") or 4096),
+        predict=blocks.predict_once(spec, mask_id),
+        device=next(model.parameters()).device,
+        dtype=next(model.parameters()).dtype,
+        chat=hf.chat_fn(tok, bos_id),
+        special_ids=hf.special_ids(tok, mask_id, eos_id, pad_id, bos_id),
+        blocks=spec,
+        decoder="dynamic",
+        decoder_options=options,
+        infill="prompt",
+    )

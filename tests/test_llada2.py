@@ -1,0 +1,278 @@
+"""LLaDA2 (MoE): loaded from a folder of safetensors, its logits those of a restated reference, its default
+decoder giving exactly the tokens of its reference generate.
+
+The reference below is our own plain-torch restatement of inclusionAI's modeling_llada2_moe.py (public
+copies on GitHub: the fused query-key-value projection, head-wise RMSNorm of queries and keys, partial
+RoPE, the sigmoid router with its expert bias and group-limited top-k, shared experts, first dense
+layers) and of its `generate` at temperature 0 (recomputing every position up to the active block under
+the block-diffusion mask each step, as it does; dlmcode keeps them in an exact cache instead).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dlmcode import models
+from dlmcode.core.run import RunSettings
+from dlmcode.jobs import fill
+from dlmcode.models.blocks import BlockPredict
+
+VOCAB, MASK, EOS, PAD = 96, 95, 1, 0
+BLOCK = 32
+PROMPT = "def add(a, b):\n"
+CONFIG = {
+    "model_type": "llada2_moe",
+    "architectures": ["LLaDA2MoeModelLM"],
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "partial_rotary_factor": 0.5,
+    "rope_theta": 10.0,  # positions far apart in angle: holes that look alike otherwise
+    "rms_norm_eps": 1e-6,
+    "use_qk_norm": True,
+    "use_qkv_bias": False,
+    "use_bias": False,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "n_group": 4,
+    "topk_group": 2,
+    "routed_scaling_factor": 2.5,
+    "moe_intermediate_size": 16,
+    "num_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 1024,
+    "eos_token_id": EOS,
+    "pad_token_id": PAD,
+}
+
+
+def char_tokenizer():
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import decoders as td
+    from tokenizers import models as tm
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<eos>": EOS}
+    for c in [chr(i) for i in range(32, 127)] + ["\n"]:
+        if len(vocab) < MASK:
+            vocab[c] = len(vocab)
+    vocab["<|mask|>"] = MASK
+    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = td.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<|mask|>")
+
+
+def random_weights() -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors by their published names, random; layers strong against the embedding, so that
+    holes (one embedding) differ by position and no two candidates tie to rounding."""
+    g = torch.Generator().manual_seed(0)
+    c = CONFIG
+    d, hd, heads, kv = c["hidden_size"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+
+    def w(*shape, scale=0.3):
+        return torch.randn(shape, generator=g) * scale
+
+    def mlp(prefix, width):
+        return {
+            f"{prefix}gate_proj.weight": w(width, d),
+            f"{prefix}up_proj.weight": w(width, d),
+            f"{prefix}down_proj.weight": w(d, width),
+        }
+
+    sd = {"model.word_embeddings.weight": w(VOCAB, d, scale=0.5), "model.norm.weight": 1 + w(d, scale=0.1)}
+    sd["lm_head.weight"] = w(VOCAB, d, scale=1.0)  # peaked logits: confidences apart by more than rounding
+    sd["lm_head.weight"][MASK] = 0.0  # the mask's logit 0: never the argmax (its generate would commit it)
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        sd[p + "input_layernorm.weight"] = 1 + w(d, scale=0.1)
+        sd[p + "post_attention_layernorm.weight"] = 1 + w(d, scale=0.1)
+        sd[p + "attention.query_key_value.weight"] = w((heads + 2 * kv) * hd, d)
+        sd[p + "attention.query_layernorm.weight"] = 3 + w(hd, scale=0.3)  # sharp attention: distinct holes
+        sd[p + "attention.key_layernorm.weight"] = 3 + w(hd, scale=0.3)
+        sd[p + "attention.dense.weight"] = w(d, heads * hd)
+        if i < c["first_k_dense_replace"]:
+            sd.update(mlp(p + "mlp.", c["intermediate_size"]))
+            continue
+        sd[p + "mlp.gate.weight"] = w(c["num_experts"], d, scale=0.5)
+        sd[p + "mlp.gate.expert_bias"] = w(c["num_experts"], scale=0.1)
+        for e in range(c["num_experts"]):
+            sd.update(mlp(f"{p}mlp.experts.{e}.", c["moe_intermediate_size"]))
+        sd.update(mlp(p + "mlp.shared_experts.", c["moe_intermediate_size"] * c["num_shared_experts"]))
+    return sd
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return random_weights()
+
+
+@pytest.fixture(scope="module")
+def folder(weights, tmp_path_factory):
+    from safetensors.torch import save_file
+
+    path = tmp_path_factory.mktemp("llada2")
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(CONFIG))
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dlm(folder):
+    return models.load(str(folder), device="cpu", dtype="float32")
+
+
+# ---------------------------------------------------------------- the restated reference
+
+
+def rms(x, w, eps=1e-6):
+    h = x.float()
+    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rope(x, pos, rot, theta):
+    inv = 1.0 / theta ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot)
+    freqs = (inv[:, None] @ pos[None, :].float()).T  # (L, rot/2)
+    cos, sin = torch.cat([freqs, freqs], -1).cos(), torch.cat([freqs, freqs], -1).sin()
+    r, rest = x[..., :rot], x[..., rot:]
+    half = torch.cat([-r[..., rot // 2 :], r[..., : rot // 2]], -1)
+    return torch.cat([r * cos + half * sin, rest], -1)
+
+
+def expert(sd, p, x):
+    return (F.silu(x @ sd[p + "gate_proj.weight"].T) * (x @ sd[p + "up_proj.weight"].T)) @ sd[p + "down_proj.weight"].T
+
+
+def sparse(sd, p, x):
+    c = CONFIG
+    scores = torch.sigmoid(x.float() @ sd[p + "gate.weight"].float().T)  # (L, E)
+    routing = scores + sd[p + "gate.expert_bias"]
+    groups = routing.view(len(x), c["n_group"], -1).topk(2, dim=-1)[0].sum(-1)
+    chosen = torch.topk(groups, k=c["topk_group"], dim=-1, sorted=False)[1]
+    gmask = torch.zeros_like(groups).scatter_(1, chosen, 1)
+    smask = gmask.unsqueeze(-1).expand(len(x), c["n_group"], c["num_experts"] // c["n_group"]).reshape(len(x), -1)
+    idx = routing.masked_fill(~smask.bool(), float("-inf")).topk(c["num_experts_per_tok"], dim=-1)[1]
+    weight = scores.gather(1, idx)
+    weight = weight / (weight.sum(-1, keepdim=True) + 1e-20) * c["routed_scaling_factor"]
+    y = torch.zeros(x.shape)
+    for t in range(len(x)):
+        for slot in range(idx.shape[1]):
+            y[t] += expert(sd, f"{p}experts.{int(idx[t, slot])}.", x[t : t + 1])[0] * weight[t, slot]
+    return y + expert(sd, p + "shared_experts.", x)
+
+
+def reference_logits(sd, ids):
+    """The whole sequence under the block-diffusion mask."""
+    c, n = CONFIG, len(ids)
+    hd, heads, kv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+    pos = torch.arange(n)
+    allowed = (pos[None, :] // BLOCK) <= (pos[:, None] // BLOCK)
+    x = sd["model.word_embeddings.weight"][ids]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, sd[p + "input_layernorm.weight"])
+        qkv = (h @ sd[p + "attention.query_key_value.weight"].T).view(n, heads + 2 * kv, hd).transpose(0, 1)
+        q, k, v = qkv[:heads], qkv[heads : heads + kv], qkv[heads + kv :]
+        q, k = rms(q, sd[p + "attention.query_layernorm.weight"]), rms(k, sd[p + "attention.key_layernorm.weight"])
+        rot = int(hd * c["partial_rotary_factor"])
+        q, k = rope(q, pos, rot, c["rope_theta"]), rope(k, pos, rot, c["rope_theta"])
+        k, v = k.repeat_interleave(heads // kv, 0), v.repeat_interleave(heads // kv, 0)
+        att = (q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(~allowed, float("-inf")).softmax(-1)
+        x = x + (att @ v).transpose(0, 1).reshape(n, heads * hd) @ sd[p + "attention.dense.weight"].T
+        h = rms(x, sd[p + "post_attention_layernorm.weight"])
+        x = x + (expert(sd, p + "mlp.", h) if i < c["first_k_dense_replace"] else sparse(sd, p + "mlp.", h))
+    return rms(x, sd["model.norm.weight"]) @ sd["lm_head.weight"].T
+
+
+def reference_generate(sd, prompt, gen_length, steps=32, threshold=0.95):
+    """Its generate at temperature 0: blocks of 32 from position 0, k_i of the even split, the bar, top-k."""
+    steps = min(steps, gen_length)
+    n_blocks = (len(prompt) + gen_length + BLOCK - 1) // BLOCK
+    x = torch.full((n_blocks * BLOCK,), MASK)
+    x[: len(prompt)] = torch.tensor(prompt)
+    schedule = [BLOCK // steps + (i < BLOCK % steps) for i in range(steps)]
+    for b in range(len(prompt) // BLOCK, n_blocks):
+        end = (b + 1) * BLOCK
+        for step in range(steps):
+            active = x[end - BLOCK : end] == MASK
+            if not active.any():
+                break
+            probs = reference_logits(sd, x[:end])[-BLOCK:].softmax(-1)
+            p, x0 = probs.max(-1)
+            conf = torch.where(active, p, torch.tensor(-math.inf))
+            high = conf > threshold
+            if int(high.sum()) >= schedule[step]:
+                take = high
+            else:
+                take = torch.zeros_like(high).index_fill(
+                    0, conf.topk(min(schedule[step], int(active.sum()))).indices, True
+                )
+            x[end - BLOCK : end] = torch.where(take, x0, x[end - BLOCK : end])
+        if bool((x[len(prompt) : end] == EOS).any()):
+            break
+    return x[len(prompt) : len(prompt) + gen_length].tolist()
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def test_the_folder_loads_as_llada2_without_remote_code(dlm):
+    assert dlm.family == "llada2" and dlm.mask_id == MASK and dlm.eos_id == EOS
+    assert dlm.blocks.size == BLOCK and dlm.blocks.aligned
+    assert dlm.decoder == "dynamic" and dlm.decoder_options == {"steps": 32, "threshold": 0.95}
+
+
+def test_logits_are_the_reference_s_block_by_block(weights, dlm):
+    ids = torch.randint(2, MASK, (3 * BLOCK + 5,), generator=torch.Generator().manual_seed(1))
+    canvas = ids.clone()
+    canvas[40:] = MASK  # the prompt's tail of 8 in the second block
+    predict = BlockPredict(dlm.blocks, canvas, MASK)
+    assert predict.starts == (32, 64, 96)
+    for a in predict.starts:
+        shown = ids.clone()
+        shown[max(a, 40)] = MASK
+        shown[a + BLOCK :] = MASK
+        ours = predict(shown)[a : a + BLOCK]
+        shown = torch.cat(
+            [shown, torch.full((BLOCK,), MASK)]
+        )  # a last block cut short is seen whole, padded with holes
+        expected = reference_logits(weights, shown[: a + BLOCK])[a : a + len(ours)]
+        torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-4)  # logits of size ~10: float32 rounding
+        assert predict.session.length == a
+
+
+@pytest.mark.parametrize(("length", "options"), [(49, {}), (40, {"threshold": 0.012}), (40, {"steps": 8})])
+def test_dynamic_gives_the_tokens_of_its_generate(weights, dlm, length, options):
+    """Its defaults (32 steps, bar 0.95: one token a call on a random model), a bar the surest tokens clear,
+    and 8 steps (4 owed a call)."""
+    prompt = dlm.tokenizer.encode(PROMPT)
+    theirs = reference_generate(weights, prompt, length, **options)
+    result = fill.generate_job(PROMPT, dlm, RunSettings(decoder=None, options=options, length=length), chat=False).run()
+    cut = theirs.index(EOS) + 1 if EOS in theirs else length
+    assert result.canvas[len(prompt) :][:cut] == theirs[:cut]
+    if options:
+        assert result.calls < result.filled
+
+
+def test_a_folder_the_native_code_cannot_run_is_one_clear_error(folder, tmp_path):
+    import shutil
+
+    from dlmcode.core.errors import ModelError
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    config = dict(CONFIG, hidden_act="gelu")
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="hidden_act"):
+        models.load(str(bad), device="cpu", dtype="float32")
