@@ -206,3 +206,18 @@ def test_openai_n_2_and_ollama_grow_the_fill():
     assert [ch["text"] for ch in choices] == [LINES, LINES]
     ollama = {"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "stream": False}
     assert c.post("/api/generate", json=ollama).json()["response"] == LINES
+
+
+def test_the_live_view_follows_a_growing_fill():
+    import io
+
+    from rich.console import Console
+
+    from dlmcode.cli.view import CanvasView, summary
+
+    dlm, _ = knowing("ab", "cd", "0123456789")
+    job = fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm)
+    view = CanvasView(job, Console(file=io.StringIO()))
+    texts = [view.render(step).plain for step in job.steps()]
+    assert "0123456789" in texts[-1] and "filled 10/10" in texts[-1]
+    assert "expanded 6, deleted 0" in summary(fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm).run())

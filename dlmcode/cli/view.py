@@ -73,6 +73,9 @@ class CanvasView:
     def render(self, step: Step | None) -> Text:
         self.track(step)
         canvas = step.canvas if step else self.job.plan.canvas
+        if len(canvas.tokens) != len(self.holes):  # a fill grew or shrank (jobs/expanding.py): its positions moved
+            self.holes, self.taken_back = canvas.writable, set()
+            self.total = int(self.holes.sum())
         fresh = set(step.filled.tolist()) if step else set()
         body = Text()
         for pos in self.window():
@@ -116,6 +119,8 @@ class CanvasView:
 def summary(result: Result) -> str:
     """One line: what was filled, at what cost, and the syntax it broke."""
     taken = f", reopened {result.reopened}" if result.reopened else ""
+    if result.expanded or result.deleted:  # the model chose the length: holes it split and removed
+        taken += f", expanded {result.expanded}, deleted {result.deleted}"
     guarded = f" (guarded: {result.guard['guard_checks']:.0f} checks)" if result.guard is not None else ""
     line = (
         f"{result.decoder}{guarded}: filled {result.filled} holes in {result.calls} calls "
