@@ -210,7 +210,7 @@ def test_global_rng_is_never_used(name, tiny_model, make_canvas):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("name", DECODERS)
 def test_an_impossible_token_is_like_a_very_unlikely_one(name, temperature, tiny_model, make_canvas):
-    # A -inf logit (LLaDA logits_eos_inf: fill.EndOfText sets the end-of-text logit to -inf) must
+    # A -inf logit (LLaDA logits_eos_inf: processors.EndOfText sets the end-of-text logit to -inf) must
     # decode exactly like a finite logit too small to matter.
     def banned(value):
         def predict(tokens):

@@ -7,7 +7,7 @@ import math
 import torch
 
 from dlmcode.jobs import fill
-from dlmcode.jobs.processors import Ban, Penalty, Remember, names, processed
+from dlmcode.jobs.processors import Ban, EndOfText, Penalty, Remember, exact_length, growth_bans, names, processed
 
 
 def logits() -> torch.Tensor:
@@ -65,6 +65,18 @@ def test_end_of_text_policies_are_processors():
     class Model:
         eos_id = 3
 
-    assert fill.EndOfText().processors(Model()) == ()
-    assert [p.name for p in fill.EndOfText(logits_eos_inf=True).processors(Model())] == ["ban end-of-text"]
-    assert [p.name for p in fill.EndOfText(eos_penalty=2.0).processors(Model())] == ["end-of-text -2"]
+    assert EndOfText().processors(Model()) == ()
+    assert [p.name for p in EndOfText(logits_eos_inf=True).processors(Model())] == ["ban end-of-text"]
+    assert [p.name for p in EndOfText(eos_penalty=2.0).processors(Model())] == ["end-of-text -2"]
+
+
+def test_length_policies_ban_what_a_hole_of_that_kind_must_not_hold():
+    class Plain:
+        pad_id, expand_id, delete_id = 0, None, None
+
+    class Growing:  # DreamOn's states: pad is its delete token, placed by expanding.Limits
+        pad_id, expand_id, delete_id = 5, 6, 5
+
+    assert [(p.name, p.ids) for p in exact_length(Plain())] == [("ban pad", (0,))]
+    assert [(p.name, p.ids) for p in exact_length(Growing())] == [("ban pad", (5,)), ("ban expand", (6,))]
+    assert growth_bans(Growing()) == () and [p.name for p in growth_bans(Plain())] == ["ban pad"]

@@ -113,7 +113,7 @@ def test_margin_and_confidence_with_an_impossible_token():
 
 
 def test_entropy_with_an_impossible_token_is_finite():
-    # BUG: 0 * log 0 is computed as 0 * -inf = nan. fill.EndOfText(logits_eos_inf=True) sets the
+    # BUG: 0 * log 0 is computed as 0 * -inf = nan. processors.EndOfText(logits_eos_inf=True) sets the
     # end-of-text logit to -inf, which turns every entropy into nan for the entropy and eb decoders.
     logits = torch.tensor([[0.0, 0.0, -INF], [0.0, -INF, -INF]])
     assert sampling.entropy(logits).tolist() == pytest.approx([math.log(2), 0.0], abs=1e-12)

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import decoders
+from ..core import contracts
 from ..core.canvas import Decoder
 from ..core.errors import DlmcodeError, InputError, UsageError
 from ..core.run import AUTO, CacheSettings, RunSettings
-from ..jobs import batch, fill
+from ..jobs import batch, fill, processors
 from ..jobs.fill import with_assistant
 from ..models import cache as kvcache
 from ..models.base import Dlm
@@ -90,7 +91,7 @@ class Config:
     @property
     def label(self) -> str:
         """The row's name: the decoder, its swept values, and `(guarded)` when the guard is on but not swept."""
-        marked = ["(guarded)"] if getattr(self.decoder, "guard", False) and "guard" not in self.sweep else []
+        marked = ["(guarded)"] if contracts.guarded(self.decoder) and "guard" not in self.sweep else []
         length = [] if self.fill_length == ORACLE else [f"length={self.fill_length}"]
         return " ".join([self.name, *(f"{k}={v}" for k, v in self.sweep.items()), *marked, *length])
 
@@ -180,7 +181,7 @@ class Infill:
             seed,
             task.lang,
             originals=(task.canonical or "",),
-            processors=fill.exact_length(model),
+            processors=processors.exact_length(model),
         )
 
     def unknown(self, task: Task, config: Config, dlm: Dlm, seed: int) -> fill.Job:

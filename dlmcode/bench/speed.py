@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import decoders
+from ..core import contracts
 from ..core.canvas import Canvas, Predict, last
 from ..core.errors import DlmcodeError, UsageError
 from ..core.run import CacheSettings, ModelChoice
@@ -220,8 +221,10 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
 
 def guard_time(decoder: decoders.Decoder, calls: int) -> float | None:
     """The guard's seconds per call in the decode just made, or None when it ran unguarded."""
-    completer = getattr(decoder, "completer", None)
-    if completer is None or completer.last is None or completer.last.gave_up:
+    from ..text.guard import Guard
+
+    completer = contracts.completer_of(decoder)
+    if not isinstance(completer, Guard) or completer.last is None or completer.last.gave_up:
         return None
     return completer.last.seconds / calls
 
@@ -232,7 +235,7 @@ def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Deco
     from ..jobs import fill
     from ..text import oracle, spans
 
-    if not (oracle.wants(decoder) or getattr(decoder, "guard", False)):
+    if not (oracle.wants(decoder) or contracts.guarded(decoder)):
         return decoder
     n = start.n_holes
     prompt = len(start.tokens) - n

@@ -349,9 +349,9 @@ def generate(
             cache_refresh=cache_refresh,
         ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
-        from ..jobs import fill
+        from ..jobs import fill, processors
 
-        eos = fill.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
+        eos = processors.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
         job = fill.generate_job(prompt, load_model(run.model, quiet), run, chat=chat, raw=raw, eos=eos)
         result = run_with_view(job, quiet, json_out)
         if not json_out:

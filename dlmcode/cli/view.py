@@ -96,9 +96,7 @@ class CanvasView:
         calls = step.calls if step else 0
         filled = self.total - (step.canvas.n_holes if step else self.total)
         tpf = filled / calls if calls else 0.0
-        name = decoders.name_of(self.job.decoder) + (
-            " (guarded)" if getattr(self.job.decoder, "completer", None) else ""
-        )
+        name = decoders.name_of(self.job.decoder) + (" (guarded)" if self.job.built_guard is not None else "")
         taken = f" · reopened {self.reopened}" if self.reopened else ""
         return Text(
             f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "

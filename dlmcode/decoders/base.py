@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..core import sampling
 from ..core.canvas import Canvas, Predict, Step
+from ..core.contracts import Completer, Gate, gate_for
 from ..core.settings import MAX_TEMPERATURE
 
 EMPTY = torch.empty(0, dtype=torch.long)
@@ -86,9 +87,9 @@ class BaseDecoder:
     guard: bool = setting(
         False, "commit only tokens after which the holes left can still be filled so that the file parses"
     )
-    completer: Any = field(
+    completer: Completer | None = field(
         default=None, repr=False, compare=False, metadata={"internal": True}
-    )  # the job's Guard (dlmcode.text.guard)
+    )  # the job's guard (core/contracts.Completer; dlmcode.text.guard builds it)
 
     def __post_init__(self) -> None:
         hottest = f"must be 0 to {MAX_TEMPERATURE:g}"
@@ -168,14 +169,13 @@ def propose(
 # ---------------------------------------------------------------- the guard (dlmcode/text/guard.py)
 
 
-def open_gate(decoder: Any, canvas: Canvas) -> Any:
+def open_gate(decoder: object, canvas: Canvas) -> Gate | None:
     """The guard's session for one decode, or None when the decoder runs unguarded (or no job handed it a guard)."""
-    completer = getattr(decoder, "completer", None)
-    return completer.begin(canvas.tokens) if getattr(decoder, "guard", False) and completer is not None else None
+    return gate_for(decoder, canvas.tokens)
 
 
 def through_gate(
-    gate: Any,
+    gate: Gate,
     canvas: Canvas,
     logits: Tensor,
     pos: Tensor,

@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..core import sampling
 from ..core.canvas import Canvas, Predict, Step
+from ..core.contracts import Oracle
 from .base import BaseDecoder, blocks, check, open_gate, setting
 
 EMPTY = torch.empty(0, dtype=torch.long)
@@ -62,7 +62,7 @@ class SyntaxGuard(BaseDecoder):
         0, "times a complete but broken span has its smallest new-error region reopened and decoded again"
     )
     repair_size: int = setting(8, "tokens a repair reopens at most (the first ones of the region)")
-    oracle: Any = field(default=None, repr=False, compare=False)  # set by the job (dlmcode.text.oracle.attach)
+    oracle: Oracle | None = field(default=None, repr=False, compare=False)  # set by the job (text/oracle.with_oracle)
 
     def __post_init__(self) -> None:
         super().__post_init__()

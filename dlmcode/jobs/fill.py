@@ -19,8 +19,10 @@ from typing import Any
 import torch
 
 from .. import decoders
+from ..core import contracts
 from ..core.assistant import TRAIN_HINT, check, token_table
 from ..core.canvas import Decoder, Step, last
+from ..core.contracts import TakesAssistant
 from ..core.errors import ModelError, UsageError
 from ..core.run import AUTO, RunSettings
 from ..models import cache as kvcache
@@ -29,7 +31,7 @@ from ..models.base import Dlm
 from ..models.blocks import BlockPredict
 from ..text import guard, judge, oracle, spans, syntax
 from . import expanding, sizing
-from .processors import Ban, Penalty, Processor, names, processed
+from .processors import EndOfText, Processor, exact_length, growth_bans, names, processed
 
 Follow = Callable[[Iterator[Step]], Step | None]
 
@@ -124,7 +126,7 @@ class Job:
                 self.trim_at,
                 decoders.name_of(self.decoder),
             )
-        if getattr(self.decoder, "guard", False):
+        if contracts.guarded(self.decoder):
             self.decoder = self.with_guard(self.decoder)
         self.guarded_for = self.plan
 
@@ -209,7 +211,7 @@ class Job:
 
     def round(self, plan: spans.Plan, limits: expanding.Limits, rng: torch.Generator) -> Iterator[Step]:
         """One round of a growing job: the decoder from `plan`'s canvas, its guard made for this plan."""
-        if plan is not self.guarded_for and getattr(self.unguarded, "guard", False):
+        if plan is not self.guarded_for and contracts.guarded(self.unguarded):
             self.decoder, self.guarded_for = self.with_guard(self.unguarded), plan
         return self.decoder(plan.canvas, processed(self.dlm.predict, (limits, *self.processors)), rng)
 
@@ -252,14 +254,20 @@ class Job:
             deleted=sum(self.growth.deleted) if self.growth else 0,
         )
 
+    @property
+    def built_guard(self) -> guard.Guard | None:
+        """The guard this job handed its decoder (`with_guard`), or None: it ran unguarded."""
+        completer = contracts.completer_of(self.decoder)
+        return completer if isinstance(completer, guard.Guard) else None
+
     def first_search(self) -> float:
         """The seconds the guard's first witness search took, when the decode just run was the one that paid them."""
-        completer = getattr(self.decoder, "completer", None)
+        completer = self.built_guard
         return completer.last.first if completer is not None and completer.last is not None else 0.0
 
     def guard_stats(self) -> dict[str, float] | None:
         """The guard's counters for the decode just run; None when it ran unguarded (and a note says why)."""
-        completer = getattr(self.decoder, "completer", None)
+        completer = self.built_guard
         if completer is None or completer.last is None:
             return None
         if completer.last.gave_up:
@@ -418,11 +426,6 @@ def grows(dlm: Dlm, variable: list[int], budget: int) -> expanding.Growth:
     """The growth of a job whose holes `variable` have no given length: each may reach `budget` positions."""
     tokens = expanding.Tokens(dlm.expand_id, dlm.delete_id)
     return expanding.Growth(tokens, tuple(variable), budget, dlm.context)
-
-
-def growth_bans(dlm: Dlm) -> tuple[Processor, ...]:
-    """A growing job's fixed bans: the pad, unless it is the model's delete (expanding.Limits places that one)."""
-    return () if dlm.pad_id is None or dlm.pad_id == dlm.delete_id else (Ban((dlm.pad_id,), "pad"),)
 
 
 def unknown_holes(source: str, span: tuple[int, int] | None, length: int | str | None) -> list[int]:
@@ -614,36 +617,6 @@ def prepare_middle(
     return Job(plan, model, built, seed, lang, processors=() if end_ids else exact_length(model))
 
 
-@dataclass(frozen=True)
-class EndOfText:
-    """Ways to stop instruct dLLMs flooding the canvas with end-of-text (docs/research/field.md D.4)."""
-
-    logits_eos_inf: bool = False  # LLaDA: end-of-text can never be proposed
-    confidence_eos_eot_inf: bool = False  # LLaDA: end-of-text/turn proposals are committed last
-    eos_penalty: float = 0.0  # Dream-Coder: subtracted from the end-of-text logit
-
-    def late_ids(self, model: Dlm) -> tuple[int, ...]:
-        ids = (model.eos_id, model.eot_id) if self.confidence_eos_eot_inf else ()
-        return tuple(i for i in ids if i is not None)
-
-    def processors(self, model: Dlm) -> tuple[Processor, ...]:
-        if model.eos_id is None:
-            return ()
-        if self.logits_eos_inf:
-            return (Ban((model.eos_id,), "end-of-text"),)
-        return (Penalty(model.eos_id, self.eos_penalty, "end-of-text"),) if self.eos_penalty else ()
-
-
-def exact_length(model: Dlm) -> tuple[Processor, ...]:
-    """Holes of a fixed length hold code, so the pad token is never proposed.
-
-    Only --length auto over-allocates and leaves room for pads (which splicing strips). A model that
-    can expand a hole never does it in a hole of given length either.
-    """
-    pad = () if model.pad_id is None else (Ban((model.pad_id,), "pad"),)
-    return pad + ((Ban((model.expand_id,), "expand"),) if model.expand_id is not None else ())
-
-
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
@@ -663,13 +636,13 @@ def generate(prompt: str, **kwargs: Any) -> Result:
     return prepare_generate(prompt, **kwargs).run()
 
 
-def with_assistant(decoder: Any, dlm: Any) -> Any:
+def with_assistant(decoder: Decoder, dlm: Dlm) -> Decoder:
     """Give a decoder that takes an assistant (codila) one that fits `dlm`; other decoders pass through.
 
     No assistant set: the shipped one for the built-in model, else a ModelError saying how to
     train one. A path (`-o assistant=DIR`) is loaded. Either way the tokenizer must match.
     """
-    if not dataclasses.is_dataclass(decoder) or "assistant" not in {f.name for f in dataclasses.fields(decoder)}:
+    if not (isinstance(decoder, TakesAssistant) and dataclasses.is_dataclass(decoder)):
         return decoder  # a custom decoder (any object meeting the Decoder contract) passes through too
     assistant = decoder.assistant
     if assistant is None and dlm.family != "builtin":

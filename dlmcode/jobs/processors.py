@@ -6,6 +6,9 @@ are (models/cache.py, jobs/batch.py). Policies on top of it (a token the holes m
 hold, a penalty on end-of-text) are processors: a Job carries them as a tuple, `processed`
 applies them after each forward, and each has a name that results and summaries print, so a
 reader sees in one line what happened to the logits (as mlx-lm keeps its logits processors).
+The rules that choose a job's processors live here too: end-of-text (`EndOfText`), a hole of
+given length (`exact_length`), a growing hole (`growth_bans`). Sampling noise (core/sampling)
+is the decoder's, not a policy on the logits, and stays there.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Protocol
 from torch import Tensor
 
 from ..core.canvas import Predict
+from ..models.base import Dlm
 
 
 class Processor(Protocol):
@@ -58,6 +62,44 @@ class Penalty:
         out = logits.clone()  # (L, V)
         out[:, self.token] -= self.amount
         return out
+
+
+# ---------------------------------------------------------------- the jobs' policies
+
+
+@dataclass(frozen=True)
+class EndOfText:
+    """Ways to stop instruct dLLMs flooding the canvas with end-of-text (docs/research/field.md D.4)."""
+
+    logits_eos_inf: bool = False  # LLaDA: end-of-text can never be proposed
+    confidence_eos_eot_inf: bool = False  # LLaDA: end-of-text/turn proposals are committed last
+    eos_penalty: float = 0.0  # Dream-Coder: subtracted from the end-of-text logit
+
+    def late_ids(self, model: Dlm) -> tuple[int, ...]:
+        ids = (model.eos_id, model.eot_id) if self.confidence_eos_eot_inf else ()
+        return tuple(i for i in ids if i is not None)
+
+    def processors(self, model: Dlm) -> tuple[Processor, ...]:
+        if model.eos_id is None:
+            return ()
+        if self.logits_eos_inf:
+            return (Ban((model.eos_id,), "end-of-text"),)
+        return (Penalty(model.eos_id, self.eos_penalty, "end-of-text"),) if self.eos_penalty else ()
+
+
+def exact_length(model: Dlm) -> tuple[Processor, ...]:
+    """Holes of a fixed length hold code, so the pad token is never proposed.
+
+    Only --length auto over-allocates and leaves room for pads (which splicing strips). A model that
+    can expand a hole never does it in a hole of given length either.
+    """
+    pad = () if model.pad_id is None else (Ban((model.pad_id,), "pad"),)
+    return pad + ((Ban((model.expand_id,), "expand"),) if model.expand_id is not None else ())
+
+
+def growth_bans(dlm: Dlm) -> tuple[Processor, ...]:
+    """A growing job's fixed bans: the pad, unless it is the model's delete (expanding.Limits places that one)."""
+    return () if dlm.pad_id is None or dlm.pad_id == dlm.delete_id else (Ban((dlm.pad_id,), "pad"),)
 
 
 @dataclass

@@ -20,7 +20,7 @@ chosen length):
    A model trained with trailing pads (the built-in one: dlmcode/training/train.py with_pads) or
    padding with end-of-text (LLaDA, Dream) scores exactly this shape.
 3. Decode. The job re-plans with n holes per unknown hole and decodes them as a known length
-   (end tokens never proposed, jobs/fill.exact_length).
+   (end tokens never proposed, jobs/processors.exact_length).
 
 Constants are per family (RULES), chosen on tasks no reported benchmark uses (docs/length.md).
 """

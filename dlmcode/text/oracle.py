@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..core.contracts import TakesOracle
 from ..core.errors import UsageError
 from . import spans, syntax
 
@@ -219,9 +220,9 @@ def with_oracle(
     return dataclasses.replace(decoder, oracle=SyntaxOracle(plan, tokenizer, lang, before, drop_ids, trim_at))
 
 
-def wants(decoder: Any) -> bool:
-    """Whether a decoder takes a syntax oracle (has an `oracle` field)."""
-    return dataclasses.is_dataclass(decoder) and "oracle" in {f.name for f in dataclasses.fields(decoder)}
+def wants(decoder: object) -> bool:
+    """Whether a decoder takes a syntax oracle (core/contracts.TakesOracle; set with dataclasses.replace)."""
+    return isinstance(decoder, TakesOracle) and dataclasses.is_dataclass(decoder)
 
 
 def supported() -> str:
