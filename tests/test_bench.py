@@ -289,8 +289,10 @@ def test_cache_is_a_setting_of_every_decoder_and_part_of_each_row():
         runner.configs(["threshold"], ["cache=lru"], [])
     with pytest.raises(UsageError, match="cache_refresh='often'"):
         runner.configs(["threshold"], ["cache=prefix", "cache_refresh=often"], [])
-    with pytest.raises(UsageError, match="--batch-size above 1 with a KV cache"):
-        runner.prepare_bench("heldout-single", ["threshold"], ["cache=prefix"], [], 1, 0, 8, None, {}, batch_size=2)
+    cached = runner.prepare_bench(
+        "heldout-single", ["threshold"], ["cache=prefix"], [], 1, 0, 8, None, {}, batch_size=2
+    )
+    assert cached.batch_size == 2 and cached.configs[0].cache.mode == "prefix"  # each decode keeps its own cache
 
 
 def test_bench_rows_with_a_cache_run_it(dlm, tasks_file):
@@ -311,6 +313,18 @@ def test_bench_rows_with_a_cache_run_it(dlm, tasks_file):
     assert len(seen) == 2 * 4 and sum(p.cached_calls for p in seen) > 0
     for task in ("t/add", "t/sub", "t/dict", "t/loop"):
         assert found["prefix", 1, task].output == found[None, None, task].output
+
+
+def test_bench_rows_with_a_cache_are_the_same_at_batch_size_4(dlm, tasks_file):
+    """--batch-size with --cache: each decode keeps its own cache and its runs share the forwards
+    (cache.run_rows); the samples are those of batch size 1."""
+    configs = runner.configs(["low-confidence", "threshold"], ["block=2"], ["cache=prefix,dual"])
+    outputs = {}
+    for size in (1, 4):
+        run = runner.BenchRun(str(tasks_file), configs, batch_size=size)
+        run.load(dlm)
+        outputs[size] = [(s.task, s.decoder, s.settings.get("cache"), s.output, s.calls) for s in run.stream(dlm)]
+    assert len(outputs[1]) == 4 * 4 and outputs[4] == outputs[1]
 
 
 # ---------------------------------------------------------------- the bench

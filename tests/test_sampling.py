@@ -195,3 +195,86 @@ def test_top_picks_the_k_highest_and_clips_k():
     assert torch.equal(sampling.top(scores, 2), torch.tensor([1, 3]))
     assert sorted(sampling.top(scores, 10).tolist()) == [0, 1, 2, 3]
     assert sampling.top(scores, 0).numel() == 0
+
+
+# --- propose: the dLLM's proposals, one uniform number per sampling row ----------------------
+
+
+def chi_square(ids: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
+    """Pearson's statistic of the draws against `probs` over the categories expected 5+ times, and its dof."""
+    n = len(ids)
+    observed = torch.bincount(ids, minlength=len(probs)).double()
+    expected = probs * n
+    big = expected >= 5
+    rest = (observed[~big].sum() - expected[~big].sum()) ** 2 / expected[~big].sum().clamp_min(1e-12)
+    stat = float(((observed[big] - expected[big]) ** 2 / expected[big]).sum() + (rest if (~big).any() else 0.0))
+    return stat, int(big.sum()) - 1 + int(bool((~big).any()))
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("chunk", [8, sampling.CHUNK])
+def test_proposals_follow_softmax_of_logits_over_temperature(temperature, chunk, monkeypatch):
+    """A fixed-seed chi-square test: 20,000 rows of the same logits, spread over several chunks of
+    the two-level inverse CDF (a partial last chunk too), the mask token holding a large share
+    (never proposed: the rest renormalised) and some tokens impossible (-inf)."""
+    monkeypatch.setattr(sampling, "CHUNK", chunk)
+    vocab = 45 if chunk == 8 else 2 * sampling.CHUNK + 37
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(vocab, generator=g) * 2  # (V,)
+    logits[torch.randperm(vocab, generator=g)[:5]] = -INF
+    mask = 7
+    logits[mask] = float(logits.max()) + 2.0  # the mask token would win most draws
+    rows = 20_000 if chunk == 8 else 4_000
+    ids, conf, _ = sampling.propose(logits.expand(rows, vocab), temperature, gen(0), mask)
+    want = torch.softmax(logits.double() / temperature, -1)
+    want[mask] = 0
+    want /= want.sum()
+    assert not bool((ids == mask).any()) and bool(torch.isfinite(logits[ids]).all())
+    stat, dof = chi_square(ids, want)
+    assert stat < dof + 5 * math.sqrt(2 * dof), (stat, dof)  # far past the 99.9th percentile only if wrong
+    full = torch.softmax(logits.double(), -1)  # confidence: probability under softmax(logits), mask included
+    assert torch.allclose(conf, full[ids], rtol=1e-12, atol=0)
+
+
+def test_a_wrong_sampler_fails_the_chi_square_test():
+    """The test above can fail: draws from softmax(logits) checked against T = 2's distribution."""
+    logits = torch.randn(45, generator=gen(11)) * 2
+    ids, _, _ = sampling.propose(logits.expand(20_000, 45), 1.0, gen(0), 99)
+    stat, dof = chi_square(ids, torch.softmax(logits.double() / 2.0, -1))
+    assert stat > dof + 5 * math.sqrt(2 * dof)
+
+
+def test_proposals_draw_one_number_per_row_and_none_at_temperature_zero():
+    logits = torch.randn(6, 5000, generator=gen(1))
+    rng = gen(4)
+    before = rng.get_state()
+    ids, _, _ = sampling.propose(logits, 0.0, rng, 99)
+    assert torch.equal(rng.get_state(), before) and torch.equal(ids, logits.argmax(-1))
+    sampling.propose(logits, 1.0, rng, 99)
+    twin = gen(4)
+    torch.rand(6, generator=twin, dtype=torch.float64)  # exactly six uniform numbers, not 6 x 5000
+    assert torch.equal(rng.get_state(), twin.get_state())
+
+
+def test_proposals_are_reproducible_for_a_seed_and_differ_across_seeds():
+    logits = torch.randn(300, 50, generator=gen(2))
+    a, _, _ = sampling.propose(logits, 1.0, gen(5), 99)
+    b, _, _ = sampling.propose(logits, 1.0, gen(5), 99)
+    c, _, _ = sampling.propose(logits, 1.0, gen(6), 99)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_argmax_never_proposes_the_mask_token():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 1.0, 2.0]])
+    ids, conf, _ = sampling.propose(logits, 0.0, gen(0), 1)
+    assert ids.tolist() == [2, 0]
+    assert torch.allclose(conf, torch.softmax(logits.double(), -1)[[0, 1], [2, 0]])
+    assert logits[0, 1] == 5.0  # the caller's logits are untouched
+
+
+@pytest.mark.gpu
+def test_proposals_on_a_gpu_are_drawn_there_and_reproducible():
+    logits = torch.randn(64, 3000, generator=gen(1)).cuda()
+    a, _, _ = sampling.propose(logits, 1.0, gen(5), 99)
+    b, _, _ = sampling.propose(logits, 1.0, gen(5), 99)
+    assert a.device.type == "cuda" and torch.equal(a, b)

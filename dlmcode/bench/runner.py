@@ -749,11 +749,6 @@ def prepare_bench(
     if fill_length not in FILL_LENGTHS:
         raise UsageError(f"--fill-length {fill_length!r}: give one of {', '.join(FILL_LENGTHS)}")
     chosen = configs(names, options, sweeps, fill_length=fill_length)
-    if batch_size > 1 and any(c.cache.mode != "none" for c in chosen):
-        raise UsageError(
-            "--batch-size above 1 with a KV cache: not supported (a cache keeps one decode's keys and values); use one "
-            "or the other"
-        )
     return BenchRun(
         suite, chosen, limit, seed, length, fence, out, Ranks.from_env(), strict=bool(names), batch_size=batch_size
     )

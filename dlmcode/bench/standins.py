@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from ..core.errors import UsageError
-from ..models import cache
 from ..models.base import Dlm
 
 # config.json of GSAI-ML/LLaDA-8B-Base (and -Instruct: same architecture), the fields the model reads
@@ -122,8 +121,7 @@ def published(
     with torch.device("meta"):
         model = make(config)
     model = randomize(model.to_empty(device=device).to(dtype), seed).eval()
-    align = dream.align if family == "dream" else None
-    lookback = 1 if family == "dream" else 0  # Dream scores position i from hidden state i - 1 (models/dream.py)
+    shift = dream.SHIFT if family == "dream" else 0  # Dream scores position i from hidden state i - 1
     tokenizer = builtin.BuiltinTokenizer.from_file(builtin_path() / "tokenizer.json")
     mask_id = int(config["mask_token_id"])
     return Dlm(
@@ -134,10 +132,10 @@ def published(
         eos_id=config.get("eos_token_id"),
         pad_id=None,
         context=int(config.get("max_sequence_length") or config.get("max_position_embeddings")),
-        predict=native.make_predict(model, align),
+        predict=native.predict_of(model, shift),
         device=device,
         dtype=dtype,
-        cached=lambda settings: cache.CachedPredict(model, settings, mask_id, device, align, lookback=lookback),
+        **native.wired(model, mask_id, 0, shift),
     )
 
 

@@ -731,6 +731,17 @@ def speed(
         int,
         typer.Option(help="with --guard: this many guarded fills beside a typo of the user's (compile once fixed?)"),
     ] = 0,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            help="also time the whole decode of a random 8-layer d512 LLaDA (32k vocabulary) here and with the dlmcode "
+            "checkout in this folder (e.g. a worktree of an earlier commit), side by side",
+        ),
+    ] = None,
+    sampling: Annotated[
+        bool,
+        typer.Option("--sampling", help="also time a call at temperature 1 against 0 with a 126k vocabulary"),
+    ] = False,
     model: Model = None,
     shape: Annotated[
         str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")
@@ -762,7 +773,16 @@ def speed(
         table = timing.table(rows, f"speed · {dlm.name} · {dlm.device} · x = ratio to {timing.BASELINE} without cache")
         con.width = max(con.width, 122)  # 12 columns: never cropped, also when stderr is a file
         con.print(table)
-        summary = timing.summary(rows, dlm, cfg)
+        probes = {}
+        if against is not None:
+            with con.status(f"whole decode, here and in {against}…"):
+                probes["whole_decode"] = timing.against(against)
+            con.print(timing.probe_line("whole decode", probes["whole_decode"]), soft_wrap=True)
+        if sampling:
+            with con.status("temperature 1 against 0, 126k vocabulary…"):
+                probes["sampling"] = timing.sampling_cost(timing.wide_vocab_model(dlm.device))
+            con.print(timing.probe_line("temperature 1 / 0", probes["sampling"]), soft_wrap=True)
+        summary = timing.summary(rows, dlm, cfg, probes)
         if guard:
             summary |= guard_costs(dlm, typos, con)
         if json_out:

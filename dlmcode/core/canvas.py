@@ -24,8 +24,51 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-Predict = Callable[[Tensor], Tensor]
-"""(L,) token ids -> (L, V) logits, aligned to positions (row i scores position i)."""
+Predict = Callable[..., Tensor]
+"""(L,) token ids -> (L, V) logits, aligned to positions (row i scores position i).
+
+A predict that `takes_rows` (models' own, the job's wrappers) also takes `rows`, an (R,) long
+tensor of positions, and returns (R, V): row j scores position rows[j], and only those rows
+go through the output head and the float conversion. `rows` None is every position. Read
+logits through `logits_at`, which cuts the rows out of a predict that does not take them.
+"""
+
+
+def rowwise(predict: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Marks `predict(tokens, rows=None)` as one that computes only the rows asked for."""
+    predict.takes_rows = True  # type: ignore[attr-defined]
+    return predict
+
+
+def takes_rows(predict: Callable[..., Tensor]) -> bool:
+    return bool(getattr(predict, "takes_rows", False))
+
+
+def logits_at(predict: Callable[..., Tensor], tokens: Tensor, rows: Tensor | None) -> Tensor:
+    """(R, V) logits of positions `rows` ((L, V) for None): computed for those rows only where
+    `predict` takes rows, else cut from its (L, V)."""
+    if rows is None:
+        return predict(tokens)
+    if takes_rows(predict):
+        return predict(tokens, rows)
+    logits = predict(tokens)  # (L, V)
+    return logits[rows.to(logits.device)]
+
+
+class At:
+    """Logits of some canvas positions, indexed by position as an (L, V) tensor would be."""
+
+    def __init__(self, logits: Tensor, rows: Tensor, length: int) -> None:
+        self.logits = logits  # (R, V)
+        self.index = torch.full((length,), -1, dtype=torch.long, device=rows.device)  # (L,) row of each position
+        self.index[rows] = torch.arange(len(rows), device=rows.device)
+
+    def __getitem__(self, pos: Tensor) -> Tensor:
+        return self.logits[self.index[pos].to(self.logits.device)]
+
+    @property
+    def device(self) -> torch.device:
+        return self.logits.device
 
 
 @dataclass(frozen=True)

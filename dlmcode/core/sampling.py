@@ -1,31 +1,150 @@
 """Pure tensor functions the decoders share: proposals, commit scores, step schedules.
 
-All randomness comes from the caller's torch.Generator, drawn on the CPU so that a seed
-gives the same noise on every device.
+All randomness comes from the caller's torch.Generator. A proposal samples where its logits
+are: on the CPU from that generator itself, on another device (a GPU) from a generator there
+seeded by one draw from it, so a seed gives the same tokens on a given device (not across
+devices). Only the rows that sample draw anything (one uniform number each), and nothing is
+drawn at temperature 0.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
+CHUNK = 2048  # vocabulary columns per chunk of the two-level inverse CDF (`inverse_cdf`)
+BELOW_ONE = 1.0 - 2.0**-53  # the largest float64 below 1
+
 
 def noise(shape: tuple[int, ...], rng: torch.Generator, device: torch.device) -> Tensor:
-    """Uniform(0, 1) float64 noise from `rng`, drawn on the CPU and moved to `device`."""
+    """Uniform(0, 1) float64 noise from `rng`, drawn on the CPU and moved to `device` (small shapes only)."""
     return torch.rand(shape, generator=rng, dtype=torch.float64).to(device)
+
+
+def uniform(n: int, rng: torch.Generator, device: torch.device) -> Tensor:
+    """(n,) Uniform[0, 1) float64 drawn on `device`: from `rng` itself when it lives there, else
+    from a generator on `device` seeded by one draw from `rng` (reproducible per seed and device)."""
+    if rng.device == device or (device.type == "cpu" and rng.device.type == "cpu"):
+        return torch.rand(n, generator=rng, dtype=torch.float64, device=device)
+    seed = int(torch.randint(0, 2**62, (1,), generator=rng, device=rng.device))
+    local = torch.Generator(device=device).manual_seed(seed)
+    return torch.rand(n, generator=local, dtype=torch.float64, device=device)
 
 
 def gumbel_argmax(logits: Tensor, temperature: float, rng: torch.Generator) -> Tensor:
     """Token per row: argmax at temperature 0, else a Gumbel-max sample from softmax(logits / T).
 
-    LLaDA's add_gumbel_noise computes exp(l) / (-log u)^T in float64 (arXiv 2409.02908: low
-    precision Gumbel hurts quality); we take its log, l - T log(-log u), which has the same
-    argmax and cannot overflow.
+    For small vocabularies (CoDiLA's assistant): it draws a number per token. LLaDA's
+    add_gumbel_noise computes exp(l) / (-log u)^T in float64 (arXiv 2409.02908: low precision
+    Gumbel hurts quality); we take its log, l - T log(-log u), which has the same argmax and
+    cannot overflow. A dLLM's proposals use `propose`, which draws one number per row.
     """
     if temperature == 0:
         return logits.argmax(-1)  # (H,)
     u = noise(tuple(logits.shape), rng, logits.device)  # (H, V)
     return (logits.double() - temperature * torch.log(-torch.log(u))).argmax(-1)  # (H,)
+
+
+class Softmax(NamedTuple):
+    """softmax(logits) in float64, unnormalised: weights exp(l - max l) and their sum per row."""
+
+    weights: Tensor  # (H, V) float64
+    total: Tensor  # (H,)
+
+    def probability(self, ids: Tensor) -> Tensor:
+        """(H,) the probability of ids[h] in row h."""
+        return self.weights.gather(-1, ids.to(self.weights.device)[:, None]).squeeze(-1) / self.total
+
+
+def softmax64(logits: Tensor) -> Softmax:
+    """The float64 softmax LLaDA scores confidence with, one (H, V) buffer made and worked in place."""
+    w = logits.to(torch.float64, copy=True)  # (H, V)
+    w.sub_(w.amax(-1, keepdim=True)).exp_()
+    return Softmax(w, w.sum(-1))
+
+
+def propose(
+    logits: Tensor, temperature: float, rng: torch.Generator, mask_id: int, late_ids: tuple[int, ...] = ()
+) -> tuple[Tensor, Tensor, Softmax]:
+    """Each row's proposed token (never `mask_id`: argmax at temperature 0, else a sample from
+    softmax(logits / T)), its probability under softmax(logits) (0 for `late_ids`, committed
+    last), and that softmax. One float64 (H, V) buffer at T = 0 and 1, two at other T."""
+    soft = softmax64(logits)
+    ids = draw(logits, soft, temperature, rng, mask_id)  # (H,)
+    conf = soft.probability(ids)  # (H,)
+    if late_ids:
+        conf = conf.masked_fill(torch.isin(ids, torch.tensor(late_ids, device=ids.device)), 0.0)
+    return ids, conf, soft
+
+
+def draw(logits: Tensor, soft: Softmax, temperature: float, rng: torch.Generator, mask_id: int) -> Tensor:
+    """(H,) a token per row, never `mask_id`: argmax at T = 0 (nothing drawn), else an exact sample
+    from softmax(logits / T) by its inverse CDF, one uniform number per row, in float64."""
+    if temperature == 0:
+        return argmax_without(logits, mask_id)
+    if temperature == 1:
+        weights = soft.weights
+    else:
+        weights = logits.to(torch.float64, copy=True)  # (H, V)
+        weights.sub_(weights.amax(-1, keepdim=True)).div_(temperature).exp_()
+    return inverse_cdf(weights, uniform(len(weights), rng, weights.device), mask_id)
+
+
+def argmax_without(logits: Tensor, token: int) -> Tensor:
+    """(H,) argmax per row, never `token`: only rows whose argmax it is are copied and redone."""
+    ids = logits.argmax(-1)  # (H,)
+    if not 0 <= token < logits.shape[-1]:
+        return ids
+    bad = ids == token  # (H,)
+    if bool(bad.any()):
+        ids[bad] = without(logits[bad], token).argmax(-1)
+    return ids
+
+
+def inverse_cdf(weights: Tensor, u: Tensor, banned: int) -> Tensor:
+    """(H,) the token whose CDF interval holds u * total in each row of unnormalised `weights`
+    (H, V) >= 0, with `banned` given weight 0: an exact sample, one uniform u per row.
+
+    Two levels, so no (H, V) cumulative sum is made: chunk sums (H, V / CHUNK), the chunk that
+    holds the point, then the cumulative sum inside that chunk only; the point's place in the
+    chunk, as a share of the chunk's weight, is again uniform, so one u serves both levels.
+    """
+    h, vocab = weights.shape
+    masked = 0 <= banned < vocab
+    if masked:
+        kept = weights[:, banned].clone()
+        weights[:, banned] = 0
+    sums = chunk_sums(weights)  # (H, n)
+    chunk, share = locate(sums, u)  # (H,), (H,)
+    cols = chunk[:, None] * CHUNK + torch.arange(CHUNK, device=weights.device)  # (H, C)
+    inside = weights.gather(1, cols.clamp_max(vocab - 1)) * (cols < vocab)  # (H, C)
+    if masked:
+        weights[:, banned] = kept  # the caller's weights as they were
+    col, _ = locate(inside, share)
+    return (chunk * CHUNK + col).clamp_max(vocab - 1)
+
+
+def chunk_sums(weights: Tensor) -> Tensor:
+    """(H, ceil(V / CHUNK)) the sum of each run of CHUNK columns."""
+    h, vocab = weights.shape
+    full = vocab // CHUNK
+    sums = weights[:, : full * CHUNK].reshape(h, full, CHUNK).sum(-1)  # (H, full)
+    return torch.cat([sums, weights[:, full * CHUNK :].sum(-1, keepdim=True)], -1) if vocab % CHUNK else sums
+
+
+def locate(weights: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+    """For weights (H, n) >= 0 and u (H,) in [0, 1): the index i whose interval of the cumulative
+    sum holds u * total, never one of weight 0, and where in it the point lies (a share in [0, 1))."""
+    cum = weights.cumsum(-1)  # (H, n)
+    point = (u * cum[:, -1])[:, None]  # (H, 1)
+    i = torch.searchsorted(cum, point, right=True)  # (H, 1): the first cumulative sum above the point
+    last = weights.shape[1] - 1 - (weights > 0).flip(-1).to(torch.uint8).argmax(-1, keepdim=True)  # last weight > 0
+    i = torch.minimum(i, last)  # the point rounded up to the total: the last token with weight
+    before = torch.where(i > 0, cum.gather(1, (i - 1).clamp_min(0)), 0.0)  # (H, 1)
+    share = ((point - before) / weights.gather(1, i)).clamp(0.0, BELOW_ONE)
+    return i.squeeze(1), share.squeeze(1)
 
 
 def without(logits: Tensor, token: int) -> Tensor:

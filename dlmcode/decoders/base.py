@@ -3,7 +3,10 @@ loop of decoders that may take a token back.
 
 A block decoder only says which holes of the active block to commit from the model's
 logits (`choose`); `blockwise` owns calling the model, proposing tokens, committing and
-yielding Steps, so the loop exists once (style: one loop per algorithm).
+yielding Steps, so the loop exists once (style: one loop per algorithm). Each call asks the
+model for the rows it reads only (core/canvas.Predict): a block decoder's the active block's
+holes, a revising decoder's the positions it may write; a guarded decode reads every row,
+since the guard drafts every hole.
 
 A revising decoder (`Revising`) sees every writable position on each call, committed ones
 included, and says which holes to commit and which committed positions to reopen (`revise`);
@@ -23,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..core import sampling
-from ..core.canvas import Canvas, Predict, Step
+from ..core.canvas import Canvas, Predict, Step, logits_at
 from ..core.contracts import Completer, Gate, gate_for
 from ..core.settings import MAX_TEMPERATURE
 
@@ -82,7 +85,7 @@ def blocks(canvas: Canvas, size: int) -> list[Tensor]:
 class BaseDecoder:
     """Base of every decoder: settings every decoder has."""
 
-    temperature: float = setting(0.0, "0 = argmax tokens; > 0 samples them (Gumbel-max in float64)")
+    temperature: float = setting(0.0, "0 = argmax tokens; > 0 samples them from softmax(logits / T), in float64")
     block: int = setting(0, "holes per semi-autoregressive block, left to right; 0 = one block")
     guard: bool = setting(
         False, "commit only tokens after which the holes left can still be filled so that the file parses"
@@ -133,16 +136,17 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
         step, owed, size = 0, EMPTY, span_of(canvas, positions)
         schedule = decoder.steps_for(len(positions), number, len(runs))
         while bool(canvas.holes[positions].any()):
-            logits = predict(canvas.tokens)  # (L, V)
-            calls += 1
             active = positions[canvas.holes[positions]]  # (H,)
+            logits = logits_at(predict, canvas.tokens, None if gate is not None else active)  # (H, V); guarded (L, V)
+            calls += 1
             if gate is not None and step >= schedule:
                 owed = active  # the schedule is spent: whatever is left is offered
             visible = active if gate is None else active[~torch.isin(active, owed)]
             pos, ids, scores = EMPTY, EMPTY, torch.empty(0)
             if visible.numel():
+                rows = logits if gate is None else logits[visible.to(logits.device)]  # (H, V)
                 pos, ids, scores = propose(
-                    decoder, logits, canvas, visible, BlockState(number, len(runs), len(positions), step, size), rng
+                    decoder, rows, canvas, visible, BlockState(number, len(runs), len(positions), step, size), rng
                 )
             if gate is not None:
                 pos, ids, scores, owed = through_gate(
@@ -155,12 +159,11 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
 
 
 def propose(
-    decoder: BaseDecoder, logits: Tensor, canvas: Canvas, active: Tensor, block: BlockState, rng: torch.Generator
+    decoder: BaseDecoder, rows: Tensor, canvas: Canvas, active: Tensor, block: BlockState, rng: torch.Generator
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The decoder's choice among the active holes: their positions, proposed ids and scores."""
-    rows = logits[active]  # (H, V)
-    ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), decoder.temperature, rng)  # (H,)
-    conf = sampling.confidence(rows, ids, canvas.late_ids)  # (H,)
+    """The decoder's choice among the active holes, given their logits `rows` (H, V): their positions,
+    proposed ids and scores."""
+    ids, conf, _ = sampling.propose(rows, decoder.temperature, rng, canvas.mask_id, canvas.late_ids)  # (H,), (H,)
     choice = decoder.choose(rows, ids, conf, block, rng)
     chosen = choice.rows.to(active.device)  # decoders work where the logits are (a GPU); the canvas stays put
     return active[chosen], ids[choice.rows].to(active.device), choice.scores.to(active.device)
@@ -192,8 +195,7 @@ def through_gate(
     extra = owed[~torch.isin(owed, pos)]
     if extra.numel():
         rows = logits[extra.to(logits.device)]  # (E, V)
-        more = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), temperature, rng)  # (E,)
-        conf = sampling.confidence(rows, more, canvas.late_ids)  # (E,)
+        more, conf, _ = sampling.propose(rows, temperature, rng, canvas.mask_id, canvas.late_ids)  # (E,), (E,)
         pos = torch.cat([pos, extra.to(device)])
         ids = torch.cat([ids.to(device), more.to(device)])
         scores = torch.cat([scores.to(device).to(conf.dtype), conf.to(device)])
@@ -284,10 +286,11 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
     for number, positions in enumerate(runs):
         upto, current, step = rank <= number, rank == number, 0  # (P,) bool each
         while bool(canvas.holes[span][upto].any()):
-            logits = predict(canvas.tokens)  # (L, V)
+            logits = logits_at(predict, canvas.tokens, None if gate is not None else span)  # (P, V); guarded (L, V)
             calls += 1
             block = BlockState(number, len(runs), len(positions), step)
-            window = _window(canvas, span, logits, decoder.temperature, rng, current, upto, block, calls)
+            rows = logits if gate is None else logits[span.to(logits.device)]  # (P, V)
+            window = _window(canvas, span, rows, decoder.temperature, rng, current, upto, block, calls)
             revision = decoder.revise(window, memory, rng)
             commit, scores, reopen = _checked(revision, window, budget)
             budget -= len(reopen)
@@ -308,7 +311,7 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
 def _window(
     canvas: Canvas,
     span: Tensor,
-    logits: Tensor,
+    rows: Tensor,
     temperature: float,
     rng: torch.Generator,
     current: Tensor,
@@ -316,18 +319,15 @@ def _window(
     block: BlockState,
     calls: int,
 ) -> Window:
-    rows = logits[span]  # (P, V)
-    device = rows.device
+    device = rows.device  # rows: (P, V) the logits of the span
     holes = canvas.holes[span].to(device)  # (P,)
-    ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), temperature, rng)  # (P,)
+    ids, conf, soft = sampling.propose(rows, temperature, rng, canvas.mask_id)  # (P,), (P,)
     tokens = torch.where(holes, ids, canvas.tokens[span].to(device))  # (P,) a hole's mask id may lie outside the logits
-    logp = sampling.log_probs(rows)  # (P, V) once for both readings
-    conf = logp.gather(-1, ids[:, None]).squeeze(-1).exp()  # (P,)
     if (
         canvas.late_ids
     ):  # late ids are committed last: zero at holes only (a committed row's reading is a verdict, not an order)
         conf = conf.masked_fill(holes & torch.isin(ids, torch.tensor(canvas.late_ids, device=device)), 0.0)
-    kept = logp.gather(-1, tokens[:, None]).squeeze(-1).exp().masked_fill(holes, 0.0)  # (P,)
+    kept = soft.probability(tokens).masked_fill(holes, 0.0)  # (P,) one softmax for both readings
     return Window(
         rows, ids, conf, kept, holes, current.to(device), upto.to(device), block, calls, len(span), canvas.mask_id
     )

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..core import sampling
 from ..core.assistant import TRAIN_HINT, Assistant, decode, marginals
-from ..core.canvas import Canvas, Predict, Step
+from ..core.canvas import At, Canvas, Predict, Step, logits_at
 from ..core.errors import ModelError
 from .base import BaseDecoder, check, open_gate, setting
 from .threshold import select as threshold_select
@@ -74,14 +74,22 @@ class Codila(BaseDecoder):
         for index in range(canvas.n_holes):  # every step commits at least one hole (guarded too)
             if not canvas.n_holes:
                 return
-            logits = predict(canvas.tokens)  # (L, V)
-            pos, ids, scores, from_assistant = MODES[self.mode](
-                self, logits, canvas, candidates(canvas, self.block, self.window), rng
-            )
+            blocks = candidates(canvas, self.block, self.window)
+            logits = read(predict, canvas, blocks, gate is not None)
+            pos, ids, scores, from_assistant = MODES[self.mode](self, logits, canvas, blocks, rng)
             if gate is not None:
                 pos, ids, scores = gate.admit(canvas.tokens, logits, pos, ids, scores)
             canvas = canvas.fill(pos, ids.to(canvas.tokens.device))
             yield Step(index, canvas, pos, scores, index + 1, {"assistant": float(from_assistant)})
+
+
+def read(predict: Predict, canvas: Canvas, blocks: list[Tensor], every: bool) -> Tensor | At:
+    """The logits of the window's holes, read by position (every row for a guarded decode: the guard drafts every
+    hole)."""
+    if every:
+        return predict(canvas.tokens)  # (L, V)
+    rows = torch.cat(blocks)  # (H,) in position order
+    return At(logits_at(predict, canvas.tokens, rows), rows, len(canvas.tokens))
 
 
 def candidates(canvas: Canvas, size: int, window: int) -> list[Tensor]:
@@ -145,8 +153,8 @@ def dynamic(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng
 
 def propose(d: Codila, rows: Tensor, canvas: Canvas, rng: torch.Generator) -> tuple[Tensor, Tensor]:
     """The dLLM's own proposals and confidences for these rows, as the block decoders make them."""
-    ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), d.temperature, rng)  # (H,)
-    return ids.cpu(), sampling.confidence(rows, ids, canvas.late_ids).cpu()
+    ids, conf, _ = sampling.propose(rows, d.temperature, rng, canvas.mask_id, canvas.late_ids)  # (H,), (H,)
+    return ids.cpu(), conf.cpu()
 
 
 def penalize(conf: Tensor, dlm_top: Tensor, assistant_top: Tensor, penalty: float) -> Tensor:
@@ -160,7 +168,7 @@ def verify(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng:
     rows = logits[holes]  # (H, V)
     ids, conf = propose(d, rows, canvas, rng)
     checked = torch.cat([ids for ids, _ in run_assistant(d, logits, blocks, canvas.mask_id, 0.0, rng)])  # greedy top-1s
-    conf = penalize(conf, sampling.without(rows, canvas.mask_id).argmax(-1).cpu(), checked, d.penalty)
+    conf = penalize(conf, sampling.argmax_without(rows, canvas.mask_id).cpu(), checked, d.penalty)
     pick = threshold_select(conf, d.threshold)
     return holes[pick], ids[pick], conf[pick], int((ids[pick].cpu() == checked[pick]).sum())
 

@@ -129,8 +129,8 @@ class Run:
         device = canvas.tokens.device
         holes = canvas.holes.nonzero().squeeze(-1)  # (H,) every hole: the draft covers the whole span
         rows = logits[holes.to(logits.device)]  # (H, V)
-        ids = sampling.gumbel_argmax(sampling.without(rows, canvas.mask_id), d.temperature, self.rng).to(device)  # (H,)
-        conf = sampling.confidence(rows, ids.to(rows.device), canvas.late_ids).to(device)  # (H,)
+        ids, conf, _ = sampling.propose(rows, d.temperature, self.rng, canvas.mask_id, canvas.late_ids)  # (H,), (H,)
+        ids, conf = ids.to(device), conf.to(device)
         flagged = self.flags(canvas, holes, ids)  # (L,) bool
         reopened = self.reopen_persisting(canvas, positions, flagged, logits)
         canvas = canvas.reopen(reopened) if reopened.numel() else canvas

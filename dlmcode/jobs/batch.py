@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from torch import Tensor
 
+from ..core.canvas import takes_rows
 from ..core.errors import UsageError
 from ..models.forward import ForwardBatch, one_by_one
 
@@ -59,16 +60,29 @@ class Stopped(BaseException):
 
 
 class Routed:
-    """A Predict that, inside a batched run's worker, joins the next batched forward."""
+    """A Predict that, inside a batched run's worker, joins the next batched forward (each request
+    with the rows it reads: core/canvas.Predict)."""
+
+    takes_rows = True
 
     def __init__(self, forward: ForwardBatch) -> None:
         self.forward = forward
+        self.requests = self.run  # one bound method: the Batcher groups requests by the function they go to
 
-    def __call__(self, tokens: Tensor) -> Tensor:
+    def __call__(self, tokens: Tensor, rows: Tensor | None = None) -> Tensor:
         slot = current()
         if slot is None:  # not in a batched run: a batch of one, the same computation as batch size 1
-            return self.forward([tokens])[0]
-        return slot.submit(self.forward, tokens)
+            return self.run([(tokens, rows)])[0]
+        return slot.submit(self.requests, (tokens, rows))  # type: ignore[arg-type]
+
+    def run(self, requests: list[tuple[Tensor, Tensor | None]]) -> list[Tensor]:
+        """One batched forward over several decodes' (tokens, rows); a ForwardBatch that does not take
+        rows computes every row and each request's are cut from it."""
+        seqs, rows = [tokens for tokens, _ in requests], [rows for _, rows in requests]
+        if takes_rows(self.forward):
+            return self.forward(seqs, rows)
+        out = self.forward(seqs)
+        return [o if r is None else o[r.to(o.device)] for o, r in zip(out, rows, strict=True)]
 
 
 class RoutedRun:

@@ -107,6 +107,10 @@ class Limits:
         out[~self.delete.to(device), self.tokens.delete] = float("-inf")
         return out
 
+    def select(self, rows: Tensor) -> Limits:
+        """The processor of the logits of positions `rows` only (a call that computes those: core/canvas.Predict)."""
+        return dataclasses.replace(self, expand=self.expand[rows], delete=self.delete[rows])
+
 
 def carried_out(run: Sequence[int], mask_id: int, tokens: Tokens) -> tuple[list[int], int, int]:
     """One fill's ids after its expands (-> two holes) and its first delete (it and the holes after it go):

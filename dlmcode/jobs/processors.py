@@ -2,10 +2,13 @@
 
 A model's `predict(tokens) -> logits` says what the model thinks; a KV cache or a batched
 forward may stand behind it, and they change how the logits are computed, never what they
-are (models/cache.py, jobs/batch.py). Policies on top of it (a token the holes must never
-hold, a penalty on end-of-text) are processors: a Job carries them as a tuple, `processed`
-applies them after each forward, and each has a name that results and summaries print, so a
-reader sees in one line what happened to the logits (as mlx-lm keeps its logits processors).
+are (models/cache.py, jobs/batch.py). A call computes the rows the decoder reads
+(core/canvas.Predict), and the processors see those rows only; one that reads more (Remember
+reads every hole, for the server's early end) says which with `reads`, and the call computes
+those rows too. Policies on top of it (a token the holes must never hold, a penalty on
+end-of-text) are processors: a Job carries them as a tuple, `processed` applies them after
+each forward, and each has a name that results and summaries print, so a reader sees in one
+line what happened to the logits (as mlx-lm keeps its logits processors).
 The rules that choose a job's processors live here too: end-of-text (`EndOfText`), a hole of
 given length (`exact_length`), a growing hole (`growth_bans`). Sampling noise (core/sampling)
 is the decoder's, not a policy on the logits, and stays there.
@@ -17,16 +20,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import torch
 from torch import Tensor
 
-from ..core.canvas import Predict
+from ..core.canvas import Predict, logits_at, rowwise
 from ..models.base import Dlm
 
 
 class Processor(Protocol):
+    """(R, V) -> (R, V). One that treats positions differently has `select(rows)`: itself for the logits of
+    positions `rows` only (expanding.Limits); the others do the same to every row."""
+
     name: str  # what it does, in a few words ("ban pad")
 
-    def __call__(self, logits: Tensor) -> Tensor: ...  # (L, V) -> (L, V)
+    def __call__(self, logits: Tensor) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -104,29 +111,70 @@ def growth_bans(dlm: Dlm) -> tuple[Processor, ...]:
 
 @dataclass
 class Remember:
-    """Changes nothing; keeps the last logits it saw (the server's early end and time limit read them)."""
+    """Changes nothing; keeps the last logits it saw (the server's early end and time limit read them
+    at every hole: `holes` asks the call for those rows)."""
 
     name: str = "remember"
-    logits: Tensor | None = field(default=None, repr=False)
+    mask_id: int | None = None  # the holes' token; None: every call computes every row for it
+    logits: Tensor | None = field(default=None, repr=False)  # (R, V) of positions `rows`; (L, V) when None
+    rows: Tensor | None = field(default=None, repr=False)
+    length: int | None = None  # the length of the canvas they were computed for
 
     def __call__(self, logits: Tensor) -> Tensor:
-        self.logits = logits  # (L, V)
+        self.logits = logits
         return logits
+
+    def reads(self, tokens: Tensor) -> Tensor | None:
+        """The positions it reads: every hole (None: every position)."""
+        return None if self.mask_id is None else (tokens == self.mask_id).nonzero().squeeze(-1)
+
+    def at(self, positions: Tensor) -> Tensor:
+        """(k, V) the last logits of canvas `positions` (each among the rows that call computed)."""
+        assert self.logits is not None
+        if self.rows is None:
+            return self.logits[positions.to(self.logits.device)]
+        index = torch.searchsorted(self.rows, positions.to(self.rows.device))  # rows are sorted
+        return self.logits[index.to(self.logits.device)]
 
 
 def processed(predict: Predict, processors: Iterable[Processor]) -> Predict:
-    """`predict` followed by each processor in order; `predict` itself when there are none."""
+    """`predict` followed by each processor in order; `predict` itself when there are none.
+
+    It takes rows (core/canvas.Predict); a processor that reads more rows (`reads`) widens the
+    call to them, and the caller still gets its own rows back."""
     chain = tuple(processors)
     if not chain:
         return predict
+    readers = [p for p in chain if hasattr(p, "reads")]
 
-    def run(tokens: Tensor) -> Tensor:
-        logits = predict(tokens)  # (L, V)
+    def run(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        need = widened(tokens, rows, readers)
+        logits = logits_at(predict, tokens, need)  # (R, V)
         for processor in chain:
-            logits = processor(logits)
-        return logits
+            logits = (processor.select(need) if need is not None and hasattr(processor, "select") else processor)(
+                logits
+            )
+        for reader in readers:
+            reader.rows, reader.length = need, len(tokens)
+        if need is rows:
+            return logits
+        where = torch.arange(len(tokens), device=tokens.device) if need is None else need
+        return logits[torch.searchsorted(where, rows.to(where.device)).to(logits.device)]  # (R, V) the caller's rows
 
-    return run
+    return rowwise(run)
+
+
+def widened(tokens: Tensor, rows: Tensor | None, readers: list) -> Tensor | None:
+    """The sorted union of `rows` and what each reader reads (None: every row)."""
+    if rows is None or not readers:
+        return rows
+    parts = [rows.to(tokens.device)]
+    for reader in readers:
+        extra = reader.reads(tokens)
+        if extra is None:
+            return None
+        parts.append(extra)
+    return torch.unique(torch.cat(parts))  # sorted
 
 
 def names(processors: Iterable[Processor]) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ Constants are per family (RULES), chosen on tasks no reported benchmark uses (do
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.canvas import Predict
+from ..core.canvas import Predict, logits_at
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,11 @@ def change_point(p_end: Tensor, bias: float = 0.0) -> int:
 
 def probe(predict: Predict, tokens: Tensor, regions: Sequence[range], end_ids: Sequence[int], bias: float) -> list[int]:
     """One call over `tokens` (holes opened at `regions`): the chosen length of each region."""
+    rows = torch.cat([torch.arange(r.start, r.stop) for r in regions]) if regions else torch.empty(0, dtype=torch.long)
     with torch.no_grad():
-        logits = predict(tokens)  # (L, V)
-    return [change_point(end_probability(logits[r.start : r.stop], end_ids), bias) for r in regions]
+        logits = logits_at(predict, tokens, rows)  # (R, V): the regions' rows only
+    cuts = [0, *itertools.accumulate(len(r) for r in regions)]
+    return [change_point(end_probability(logits[a:b], end_ids), bias) for a, b in itertools.pairwise(cuts)]
 
 
 @dataclass(frozen=True)

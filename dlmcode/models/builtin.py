@@ -167,6 +167,10 @@ class DlmcodeDiffusionLM(nn.Module):
     def logits(self, h: Tensor) -> Tensor:
         return h @ self.embed.weight.t()  # (..., V), tied head
 
+    def head(self, h: Tensor) -> Tensor:
+        """The output head, under the name the native models give it (models/forward.py, models/cache.py)."""
+        return self.logits(h)
+
     def forward(
         self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None
     ) -> Tensor:
@@ -323,17 +327,6 @@ def check_shapes(where: str, cfg: BuiltinConfig, shapes: dict[str, tuple[int, ..
         )
 
 
-def make_predict(model: DlmcodeDiffusionLM):
-    device = next(model.parameters()).device
-
-    @torch.inference_mode()
-    def predict(tokens: Tensor) -> Tensor:
-        ids = tokens.to(device=device, dtype=torch.long)[None]  # (1, L)
-        return model(ids)[0].float()  # (L, V)
-
-    return predict
-
-
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
     """The family adapter: a Dlm over the weights in `path` (no remote code is ever needed)."""
     model = load_model(path, device, dtype)
@@ -348,15 +341,15 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         pad_id=cfg.pad_id,
         bos_id=cfg.bos_id,
         context=cfg.context,
-        predict=make_predict(model),
+        predict=forward.make_predict(model.hidden, model.head, device),
         device=device,
         dtype=dtype,
         special_ids=frozenset({cfg.pad_id, cfg.mask_id, cfg.bos_id, cfg.eos_id} | expands),
         expand_id=cfg.expand_id if expands else None,
         delete_id=cfg.pad_id if expands else None,  # trained so: [PAD] after a fill's content (training/expand.py)
-        cached=lambda settings: kvcache.CachedPredict(model, settings, cfg.mask_id, device),
-        forward_batch=forward.padded(lambda ids, keep: model(ids, mask=keep), cfg.pad_id, device),
-        run_rows=kvcache.run_rows(model.hidden, model.logits, cfg.pad_id, device),
+        cached=lambda settings: kvcache.CachedPredict(model.hidden, model.head, settings, cfg.mask_id, device),
+        forward_batch=forward.padded(lambda ids, keep: model.hidden(ids, mask=keep), model.head, cfg.pad_id, device),
+        run_rows=kvcache.run_rows(model.hidden, cfg.pad_id, device),
     )
 
 

@@ -12,11 +12,14 @@ decoders/base.blocks() does, and the active block is the run holding the first h
 every position (a refresh) when the active block changes, when a token outside the positions
 it would run has changed since it last ran them (another canvas, or a decoder that commits
 outside the block), and, if `refresh` > 0, after that many calls (1: every call, which is
-exactly the uncached model). Logit rows it did not run hold their last computed values.
+exactly the uncached model). Positions it did not run keep their last computed hidden states.
 
-A model is cacheable when it is a `Runner`: it runs ids at positions start.. and passes each
-layer's new k/v through `kv.layer(i).join(k, v)` before attention (builtin.Attention,
-native.attend).
+It keeps each position's final hidden state (L, D), not its logits (L, V): a call runs the
+output head on the rows it is asked for only (core/canvas.Predict), from those states.
+
+A model is cacheable when it has a `Runner`: one that runs ids at positions start.. to their
+final hidden states and passes each layer's new k/v through `kv.layer(i).join(k, v)` before
+attention (builtin.Attention, native.attend), and an output head.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from torch import Tensor
 
 from ..core.errors import UsageError
 from ..core.run import CacheSettings
+from . import forward
 
 if TYPE_CHECKING:
     from .base import Dlm
 
 
 class Runner(Protocol):
-    def __call__(self, ids: Tensor, start: int = 0, kv: KV | None = None) -> Tensor: ...  # (1, n) -> (1, n, V)
+    def __call__(self, ids: Tensor, start: int = 0, kv: KV | None = None) -> Tensor: ...  # (1, n) -> (1, n, D)
 
 
 class KV:
@@ -108,13 +112,13 @@ RowRun = tuple[Tensor, int, KV]  # one cached predict's run: (n,) ids at positio
 
 
 def run_rows(
-    hidden: Callable[..., Tensor], head: Callable[[Tensor], Tensor], pad_id: int, device: torch.device
+    hidden: Callable[..., Tensor], pad_id: int, device: torch.device
 ) -> Callable[[list[RowRun]], list[Tensor]]:
     """Several cached predicts' runs in at most two forwards of `hidden` (a Runner's hidden
     states, taking a key mask and per-row starts, as builtin's): the full runs together
     (right-padded, as forward.padded) and the partial runs together (each row's few positions
-    against its own cached keys, padded keys masked). Each gets back its (1, n, V) logits,
-    `head` applied to its own rows only (no (B, n, V) tensor of padding is ever made).
+    against its own cached keys, padded keys masked). Each gets back its (1, n, D) hidden states,
+    as its Runner would have given them (each CachedPredict runs the head on the rows it is asked for).
     Why: a partial run is a few positions, so a forward costs about the same for one row as for
     eight: sharing it is where batching pays on a CPU (batch.py routes the runs here)."""
 
@@ -123,8 +127,8 @@ def run_rows(
         for partial in (False, True):
             group = [i for i, (_, _, kv) in enumerate(requests) if (kv.span is not None) == partial]
             if group:
-                for i, logits in zip(group, forward_rows([requests[i] for i in group], partial), strict=True):
-                    out[i] = logits
+                for i, states in zip(group, forward_rows([requests[i] for i in group], partial), strict=True):
+                    out[i] = states
         return out  # type: ignore[return-value]
 
     def forward_rows(rows: list[RowRun], partial: bool) -> list[Tensor]:
@@ -139,7 +143,7 @@ def run_rows(
         starts = torch.tensor([start for _, start, _ in rows], device=device)  # (B,)
         with torch.inference_mode():  # the batch runs in the batcher's thread; the caches are inference tensors
             states = hidden(ids, starts, RowsKV([kv for _, _, kv in rows], sizes), mask)  # (B, n, D)
-            return [head(states[r : r + 1, :n]) for r, n in enumerate(sizes)]  # (1, n_r, V) each
+            return [states[r : r + 1, :n] for r, n in enumerate(sizes)]  # (1, n_r, D) each
 
     return run
 
@@ -153,22 +157,22 @@ def block_spans(holes: Tensor, size: int) -> list[tuple[int, int]]:
 class CachedPredict:
     """A Predict over a Runner that reuses k/v across the calls of a block (see the module docstring)."""
 
+    takes_rows = True  # computes only the rows asked for (core/canvas.Predict)
+
     def __init__(
         self,
         run: Runner,
+        head: Callable[[Tensor], Tensor],
         settings: CacheSettings,
         mask_id: int,
         device: torch.device,
-        align: Callable[[Tensor], Tensor] | None = None,
-        lookback: int = 0,
+        shift: int = 0,
     ) -> None:
-        self.run, self.settings, self.mask_id, self.device = run, settings, mask_id, device
-        self.align = align  # undoes a logit shift on the (L, V) logits (Dream)
-        self.lookback = (
-            lookback  # extra positions run before the block: Dream scores position i from hidden state i - 1
-        )
+        self.run, self.head, self.settings, self.mask_id, self.device = run, head, settings, mask_id, device
+        self.shift = shift  # the head at hidden state i scores position i + shift (Dream: 1)
+        self.lookback = shift  # so a cached call runs that many positions before the block too
         self.kv = KV()
-        self.logits: Tensor | None = None  # (L, V) last computed logits of every position, unaligned
+        self.hidden: Tensor | None = None  # (L, D) last computed final hidden state of every position
         self.seen: Tensor | None = None  # (L,) tokens at the last refresh: when each position outside the span last ran
         self.prev: Tensor | None = None  # (L,) tokens at the previous call
         self.spans: list[tuple[int, int]] = []  # the blocks of the current canvas
@@ -176,11 +180,11 @@ class CachedPredict:
         self.age = 0  # cached calls since the last refresh
         self.full_calls = self.cached_calls = 0  # counters, for the speed bench and tests
 
-    def __call__(self, tokens: Tensor) -> Tensor:
+    def __call__(self, tokens: Tensor, rows: Tensor | None = None) -> Tensor:
         ids = tokens.to(self.device, torch.long)  # (L,)
         with torch.inference_mode():
             if not self.continues(ids):  # a new decode: split its holes into blocks and start afresh
-                self.spans, self.logits = (
+                self.spans, self.hidden = (
                     block_spans((ids == self.mask_id).nonzero().squeeze(-1), self.settings.block),
                     None,
                 )
@@ -190,12 +194,11 @@ class CachedPredict:
                 self.refresh(ids)
             else:
                 self.partial(ids, span)
-        # built outside inference mode, and never our buffer: callers may edit it in place
-        return self.logits.to(torch.float32, copy=True) if self.align is None else self.align(self.logits).float()
+        return forward.head_rows(self.head, self.hidden, rows, self.shift)  # (R, V); never our buffer
 
     def plan(self, ids: Tensor) -> tuple[int, int] | None:
         """The positions to run for `ids`, or None to run them all."""
-        if self.settings.mode == "none" or self.logits is None:
+        if self.settings.mode == "none" or self.hidden is None:
             return None
         if self.settings.refresh and self.age + 1 >= self.settings.refresh:
             return None
@@ -221,7 +224,7 @@ class CachedPredict:
     def refresh(self, ids: Tensor) -> None:
         """Run every position and keep the k/v of all of them."""
         self.kv.span = None
-        self.logits = self.run(ids[None], 0, self.kv)[0]  # (L, V)
+        self.hidden = self.run(ids[None], 0, self.kv)[0]  # (L, D)
         self.seen = ids.clone()
         self.span = self.active(ids)
         self.age = 0
@@ -241,7 +244,7 @@ class CachedPredict:
         """Run only positions span[0]..span[1]-1; every other position's k/v come from the cache."""
         a, b = span
         self.kv.span = span
-        self.logits[a:b] = self.run(ids[None, a:b], a, self.kv)[0]  # (b - a, V)
+        self.hidden[a:b] = self.run(ids[None, a:b], a, self.kv)[0]  # (b - a, D)
         self.age += 1
         self.cached_calls += 1
 

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..core.canvas import Predict
 from ..core.errors import ModelError
-from . import cache, forward, hf, native, native_dream
+from . import hf, native, native_dream
 from .base import Dlm
 
 DREAM_MASK_ID = 151666  # <|mask|>
@@ -39,6 +39,7 @@ PAD_TOKEN = "<|dlm_pad|>"  # DiffuCoder pads generations with its own token
 EOT_TOKEN = "<|im_end|>"  # Qwen ChatML end of turn (Instruct models)
 TITLE = "Dream"
 EXPAND_TOKEN = "<|expand|>"  # DreamOn's expand token, by name (UNVERIFIED: its training code sets id 151667 by hand)
+SHIFT = 1  # the head at hidden state i scores position i + 1 (align, and native.wired's shift)
 
 
 def align(logits: Tensor) -> Tensor:
@@ -69,15 +70,8 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         return load_remote(path, config, device, dtype)
     tok = load_tokenizer(path)
     model = native.load_or_explain(native_dream.load_model, path, hf.label(path), TITLE, config, device, dtype)
-    dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model, align=align), device, dtype)
-    padded = forward.padded(lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device)  # pads are never attended
-    return dataclasses.replace(
-        dlm,
-        # lookback 1: the logits of position i come from hidden state i - 1, so a cached call runs one position before
-        # the block
-        cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device, align, lookback=1),
-        forward_batch=lambda seqs: [align(logits) for logits in padded(seqs)],
-    )
+    dlm = adapt(path, config, tok, model.cfg.vocab, native.predict_of(model, SHIFT), device, dtype)
+    return dataclasses.replace(dlm, **native.wired(model, dlm.mask_id, dlm.eos_id or 0, shift=SHIFT))
 
 
 def load_tokenizer(path: Path) -> Any:

@@ -6,6 +6,11 @@ longest, a key-padding mask so padded positions are never attended, rows cut bac
 length. A family without one is called once per request (`one_by_one`), which is trivially
 the same at every batch size. Running several decodes so that they share these forwards is
 dlmcode/jobs/batch.py's, above the models: models never see a job.
+
+Rows on demand (core/canvas.Predict): a model runs every position through its layers (it is
+bidirectional: every position is attended), then `head_rows` runs the output head and the
+float conversion on the rows a caller reads only. A family whose head is shifted by one
+(Dream: position i is scored from hidden state i - 1) says so with `shift`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,46 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-ForwardBatch = Callable[[list[Tensor]], list[Tensor]]
-"""[(L_i,) token ids] -> [(L_i, V) float32 logits], one forward for all of them."""
+from ..core.canvas import logits_at, rowwise
+
+ForwardBatch = Callable[..., list[Tensor]]
+"""[(L_i,) token ids] -> [(L_i, V) float32 logits], one forward for all of them. One that
+`takes_rows` (core/canvas.rowwise) also takes `rows`, one (R_i,) tensor of positions (or None)
+per canvas, and returns [(R_i, V)]."""
+
+Hidden = Callable[..., Tensor]
+"""ids (B, n) [, start, kv, mask] -> final hidden states (B, n, D), before the output head."""
+
+
+def source(rows: Tensor, shift: int) -> Tensor:
+    """The hidden-state rows that score positions `rows`: row i - shift (position 0 scores from itself,
+    as Dream's own sampler pads its shifted logits)."""
+    return (rows - shift).clamp_min_(0) if shift else rows
+
+
+def head_rows(head: Callable[[Tensor], Tensor], hidden: Tensor, rows: Tensor | None, shift: int = 0) -> Tensor:
+    """hidden (L, D) -> float32 logits (R, V) of positions `rows` ((L, V) for None).
+
+    Run outside inference mode (under no_grad), so the logits are an ordinary tensor a caller
+    may edit in place, without the copy an inference tensor would need.
+    """
+    if rows is None:
+        picked = hidden if not shift else hidden[source(torch.arange(len(hidden), device=hidden.device), shift)]
+    else:
+        picked = hidden[source(rows.to(hidden.device, torch.long), shift)]  # (R, D)
+    with torch.no_grad():
+        return head(picked).float()  # (R, V)
+
+
+def make_predict(hidden: Hidden, head: Callable[[Tensor], Tensor], device: torch.device, shift: int = 0):
+    """A Predict that takes rows (core/canvas.Predict) over a model's hidden states and head."""
+
+    def predict(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        with torch.inference_mode():
+            states = hidden(tokens.to(device, torch.long)[None])[0]  # (L, D)
+        return head_rows(head, states, rows, shift)
+
+    return rowwise(predict)
 
 
 def pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -30,18 +73,31 @@ def pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
     return ids, keep
 
 
-def padded(run: Callable[[Tensor, Tensor], Tensor], pad_id: int, device: torch.device) -> ForwardBatch:
-    """A ForwardBatch over `run(ids (B, P), keep (B, P)) -> (B, P, V)` logits."""
+def padded(
+    hidden: Callable[[Tensor, Tensor], Tensor],
+    head: Callable[[Tensor], Tensor],
+    pad_id: int,
+    device: torch.device,
+    shift: int = 0,
+) -> ForwardBatch:
+    """A ForwardBatch over `hidden(ids (B, P), keep (B, P)) -> (B, P, D)`, the head on each canvas's rows."""
 
-    def forward_batch(seqs: list[Tensor]) -> list[Tensor]:
+    def forward_batch(seqs: list[Tensor], rows: list[Tensor | None] | None = None) -> list[Tensor]:
         ids, keep = pad([s.to(device, torch.long) for s in seqs], pad_id)
         with torch.inference_mode():
-            logits = run(ids, keep)  # (B, P, V)
-        return [logits[i, : len(s)].to(torch.float32, copy=True) for i, s in enumerate(seqs)]  # (L_i, V) each
+            states = hidden(ids, keep)  # (B, P, D)
+        wanted = rows or [None] * len(seqs)
+        return [
+            head_rows(head, states[i, : len(s)], r, shift) for i, (s, r) in enumerate(zip(seqs, wanted, strict=True))
+        ]
 
-    return forward_batch
+    return rowwise(forward_batch)
 
 
-def one_by_one(predict: Callable[[Tensor], Tensor]) -> ForwardBatch:
+def one_by_one(predict: Callable[..., Tensor]) -> ForwardBatch:
     """The fallback for a family without a batched forward: one predict call per request."""
-    return lambda seqs: [predict(s) for s in seqs]
+
+    def forward_batch(seqs: list[Tensor], rows: list[Tensor | None] | None = None) -> list[Tensor]:
+        return [logits_at(predict, s, r) for s, r in zip(seqs, rows or [None] * len(seqs), strict=True)]
+
+    return rowwise(forward_batch)

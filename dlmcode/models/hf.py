@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.canvas import Predict
+from ..core.canvas import Predict, rowwise
 from ..core.errors import ModelError
 from . import forward
 from .base import Dlm
@@ -183,15 +183,16 @@ def make_predict(
     device = next(model.parameters()).device
     head, tail = (torch.tensor(ids, dtype=torch.long, device=device) for ids in frame)
 
-    def predict(tokens: Tensor) -> Tensor:
+    def predict(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
         ids = tokens.to(device, torch.long)
         pre, post = framed(ids, head, tail)
         with torch.inference_mode():
             logits = model(input_ids=torch.cat([pre, ids, post])[None]).logits[0]  # (L + framing, V)
             logits = (align(logits) if align else logits)[len(pre) : len(pre) + len(ids)]  # (L, V)
+            logits = logits if rows is None else logits[rows.to(device)]  # (R, V): the float copy of these only
         return logits.to(torch.float32, copy=True)  # made outside inference mode: callers may edit it in place
 
-    return predict
+    return rowwise(predict)
 
 
 def framed(ids: Tensor, head: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
@@ -212,7 +213,7 @@ def make_forward_batch(
     device = next(model.parameters()).device
     head, tail = (torch.tensor(ids, dtype=torch.long, device=device) for ids in frame)
 
-    def forward_batch(seqs: list[Tensor]) -> list[Tensor]:
+    def forward_batch(seqs: list[Tensor], wanted: list[Tensor | None] | None = None) -> list[Tensor]:
         seqs = [s.to(device, torch.long) for s in seqs]
         frames = [framed(s, head, tail) for s in seqs]
         ids, keep = forward.pad(
@@ -223,12 +224,12 @@ def make_forward_batch(
         rows = []
         for i, (s, (pre, post)) in enumerate(zip(seqs, frames, strict=True)):
             row = logits[i, : len(pre) + len(s) + len(post)]  # this canvas's own positions, framing included
-            rows.append(
-                (align(row) if align else row)[len(pre) : len(pre) + len(s)].to(torch.float32, copy=True)
-            )  # (L_i, V)
+            row = (align(row) if align else row)[len(pre) : len(pre) + len(s)]  # (L_i, V)
+            picked = None if wanted is None else wanted[i]
+            rows.append((row if picked is None else row[picked.to(device)]).to(torch.float32, copy=True))  # (R_i, V)
         return rows
 
-    return forward_batch
+    return rowwise(forward_batch)
 
 
 def remote_code_error(path: Path, family: str, detail: str | None = None) -> ModelError:

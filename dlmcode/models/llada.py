@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..core.canvas import Predict
-from . import cache, forward, hf, native, native_llada
+from . import hf, native, native_llada
 from .base import Dlm
 
 LLADA_MASK_ID = 126336  # <|mdm_mask|>
@@ -39,14 +39,8 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         return load_remote(path, config, device, dtype)
     tok = hf.load_tokenizer(path, trust_remote_code=False)
     model = native.load_or_explain(native_llada.load_model, path, hf.label(path), TITLE, config, device, dtype)
-    dlm = adapt(path, config, tok, model.cfg.vocab, native.make_predict(model), device, dtype)
-    return dataclasses.replace(
-        dlm,
-        cached=lambda settings: cache.CachedPredict(model, settings, dlm.mask_id, device),
-        forward_batch=forward.padded(
-            lambda ids, keep: model(ids, mask=keep), dlm.eos_id or 0, device
-        ),  # pads are never attended
-    )
+    dlm = adapt(path, config, tok, model.cfg.vocab, native.predict_of(model), device, dtype)
+    return dataclasses.replace(dlm, **native.wired(model, dlm.mask_id, dlm.eos_id or 0))
 
 
 def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Dlm:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ..core.canvas import Predict
 from ..core.errors import ModelError
+from . import cache, forward
 from .layers import apply_rope
 
 INDEX = "model.safetensors.index.json"
@@ -184,17 +185,22 @@ def load_weights(
     return module.eval()
 
 
-def make_predict(model: nn.Module, align: Callable[[Tensor], Tensor] | None = None) -> Predict:
-    """(L,) ids -> (L, V) float32 logits; `align` undoes a logit shift (Dream)."""
+def predict_of(model: nn.Module, shift: int = 0) -> Predict:
+    """A predict that takes rows (core/canvas.Predict) over a native model's `hidden` and `head`;
+    `shift` 1: the head scores position i from hidden state i - 1 (Dream)."""
+    return forward.make_predict(model.hidden, model.head, next(model.parameters()).device, shift)
+
+
+def wired(model: nn.Module, mask_id: int, pad_id: int, shift: int = 0) -> dict[str, Any]:
+    """The Dlm fields a native model adds to its predict: KV-cached predicts (models/cache.py; with a
+    shift a cached call runs one position before the block too) and the padded batch
+    (models/forward.py, pads never attended)."""
     device = next(model.parameters()).device
-
-    def predict(tokens: Tensor) -> Tensor:
-        with torch.inference_mode():
-            logits = model(tokens.to(device, torch.long)[None])[0]  # (L, V)
-        # made outside inference mode (align's new tensor, or a copy): callers may edit it in place
-        return logits.to(torch.float32, copy=True) if align is None else align(logits).float()
-
-    return predict
+    batch = forward.padded(lambda ids, keep: model.hidden(ids, mask=keep), model.head, pad_id, device, shift)
+    return {
+        "cached": lambda settings: cache.CachedPredict(model.hidden, model.head, settings, mask_id, device, shift),
+        "forward_batch": batch,
+    }
 
 
 def not_native_error(name: str, family: str, reason: str) -> ModelError:

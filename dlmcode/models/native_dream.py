@@ -131,13 +131,20 @@ class DreamLM(nn.Module):
         self.lm_head = None if cfg.tied else nn.Linear(cfg.hidden, cfg.vocab, bias=False)
 
     def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
+        return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
+
+    def hidden(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
+        """The final hidden states (B, n, D), after the norm: what the output head reads (still shifted)."""
         body = self.model
         cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x = body.embed_tokens(ids)  # (B, n, D)
         for i, layer in enumerate(body.layers):
             x = layer(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask))
-        x = body.norm(x)
-        return F.linear(x, body.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)  # (B, n, V)
+        return body.norm(x)
+
+    def head(self, h: Tensor) -> Tensor:
+        """(..., D) -> (..., V) logits."""
+        return F.linear(h, self.model.embed_tokens.weight) if self.lm_head is None else self.lm_head(h)
 
 
 def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> DreamLM:

@@ -144,13 +144,21 @@ class LladaLM(nn.Module):
         self.model = LladaBody(cfg)
 
     def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
+        return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
+
+    def hidden(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
+        """The final hidden states (B, n, D), after ln_f: what the output head reads."""
         t = self.model.transformer
         cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x = t.wte(ids)  # (B, n, D)
         for i, block in enumerate(t.blocks):
             x = block(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask))
-        x = t.ln_f(x)
-        return F.linear(x, t.wte.weight) if self.cfg.tied else t.ff_out(x)  # (B, n, V)
+        return t.ln_f(x)
+
+    def head(self, h: Tensor) -> Tensor:
+        """(..., D) -> (..., V) logits."""
+        t = self.model.transformer
+        return F.linear(h, t.wte.weight) if self.cfg.tied else t.ff_out(h)
 
 
 def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> LladaLM:

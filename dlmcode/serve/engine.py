@@ -143,7 +143,7 @@ class Engine:
             )  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/sizing.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
-        remember = Remember()
+        remember = Remember(mask_id=self.dlm.mask_id)  # it reads every hole: each call computes their rows
         job.processors += (remember,)  # last: it keeps the logits the decoder sees
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))

@@ -63,14 +63,14 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
             bounds.reason = ENDED
             yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long))
             return
-        logits = remember.logits if fits(remember.logits, step.canvas) else None  # a grown fill: the next call's
-        if only_ends(logits, step.canvas, bounds.end_ids):
+        fresh = fits(remember, step.canvas)  # a grown fill: the next call's logits, not these
+        if fresh and only_ends(remember, step.canvas, bounds.end_ids):
             bounds.reason = ENDED
-            yield commit_rest(step, best(logits, step.canvas))
+            yield commit_rest(step, best(remember, step.canvas))
             return
-        if bounds.deadline is not None and time.perf_counter() > bounds.deadline and logits is not None:
+        if bounds.deadline is not None and time.perf_counter() > bounds.deadline and fresh:
             bounds.reason = TIME
-            yield commit_rest(step, best(logits, step.canvas))
+            yield commit_rest(step, best(remember, step.canvas))
             return
 
 
@@ -93,22 +93,22 @@ def ended(
     return end_ids[0] if complete is not None and run and complete(run) else None
 
 
-def fits(logits: Tensor | None, canvas: Canvas) -> bool:
+def fits(remember: Remember, canvas: Canvas) -> bool:
     """Whether the last logits belong to this canvas (a fill that grew or shrank since has other positions)."""
-    return logits is not None and logits.shape[0] == len(canvas.tokens)
+    return remember.logits is not None and remember.length == len(canvas.tokens)
 
 
-def only_ends(logits: Tensor | None, canvas: Canvas, end_ids: tuple[int, ...]) -> bool:
+def only_ends(remember: Remember, canvas: Canvas, end_ids: tuple[int, ...]) -> bool:
     """Whether the last call proposed an end token at every hole left: the model has finished the fill."""
-    if logits is None or not end_ids:
+    if remember.logits is None or not end_ids:
         return False
-    proposed = best(logits, canvas)  # (h,)
+    proposed = best(remember, canvas)  # (h,)
     return bool(torch.isin(proposed, torch.tensor(end_ids, dtype=proposed.dtype)).all())
 
 
-def best(logits: Tensor, canvas: Canvas) -> Tensor:
+def best(remember: Remember, canvas: Canvas) -> Tensor:
     """(h,) the argmax of the last logits at each hole, never the mask token."""
-    rows = logits[canvas.holes.to(logits.device)]  # (h, V)
+    rows = remember.at(canvas.holes.nonzero().squeeze(-1))  # (h, V)
     return sampling.without(rows, canvas.mask_id).argmax(-1).cpu()  # (h,)
 
 

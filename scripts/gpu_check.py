@@ -1,0 +1,279 @@
+"""The GPU check (issue 30), ready for the next loan of a GPU: one run, under five minutes on one GPU.
+
+    python scripts/gpu_check.py [--out gpu.json]            # on the GPU: LLaDA-8B and Dream-7B shapes, bf16
+    python scripts/gpu_check.py --tiny --device cpu          # the same steps at a toy size (the test runs this)
+
+For random models of LLaDA-8B's and Dream-7B's published shapes (bench/standins.py: the times are
+real, the tokens mean nothing) it prints one JSON object (stdout) with, per shape:
+
+- `calls`: median ms per model call of one-token-per-call low-confidence (block 32) without a
+  cache and with the prefix and dual caches, and each cache's speedup;
+- `compiled`: the dual-cache call with the model's layers under torch.compile (on CUDA:
+  mode "reduce-overhead", CUDA graphs where torch can take them), its ms per call, and whether
+  it is exact: the compiled decode commits the same tokens and its logits' largest difference
+  from the eager ones (a compile that fails is reported, not fatal);
+- `sampler`: ms of one proposal over the block's rows (sampling.propose, T = 0 and T = 1) and
+  its share of an uncached call;
+- `guard`: the guard's ms per call in a guarded decode and its share of a call;
+- `serve`: requests and model calls per second through the server's queue and engine
+  (serve/queue.py) at 1, 4 and 16 concurrent requests, the queue batching as many;
+- `peak_memory_mb`: the most GPU memory allocated while the shape ran (null on a CPU).
+
+Progress goes to stderr. Steps that would take the run past --budget seconds are skipped and
+named in `skipped`, so a loan is never spent on a hung step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+from dlmcode import decoders
+from dlmcode.bench import speed, standins
+from dlmcode.core import sampling
+from dlmcode.core.canvas import last
+from dlmcode.models import cache as kvcache
+from dlmcode.models.base import Dlm
+
+SHAPES = ("llada-8b", "dream-7b")
+TINY = {  # --tiny: the published configs cut to toy size (the mask id must fit the vocabulary)
+    "llada-8b": {
+        "d_model": 64,
+        "n_heads": 4,
+        "n_kv_heads": 4,
+        "n_layers": 2,
+        "mlp_hidden_size": 96,
+        "embedding_size": 4200,
+        "vocab_size": 4200,
+        "mask_token_id": 4100,
+        "eos_token_id": 4101,
+    },
+    "dream-7b": {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 96,
+        "vocab_size": 4200,
+        "mask_token_id": 4100,
+        "eos_token_id": 4101,
+    },
+}
+LEVELS = (1, 4, 16)  # concurrent requests through the server's queue
+PREFIX = "import os\n\n\ndef walk(root):\n    for path, dirs, files in os.walk(root):\n        for name in files:\n"
+SUFFIX = "\n    return None\n"
+
+
+def note(text: str) -> None:
+    print(f"gpu_check: {text}", file=sys.stderr, flush=True)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def decoder(block: int, guard: bool = False) -> decoders.Decoder:
+    return decoders.build("low-confidence", {"block": block, "guard": guard})
+
+
+def calls(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
+    """Median ms per call without a cache and with each cache, and each cache's speedup."""
+    start = speed.canvas(dlm, args.prompt, args.gen)
+    dec = decoder(args.block)
+    speed.warm_decoder(dlm, dec, ["none", "prefix", "dual"])
+    out: dict[str, Any] = {}
+    for mode in ("none", "prefix", "dual"):
+        row = speed.measure(dlm, "low-confidence", dec, start, args.prompt, mode, 0)
+        out[mode] = {"ms_per_call": round(row.call_s * 1e3, 3), "calls": row.calls, "full_calls": row.full_calls}
+    for mode in ("prefix", "dual"):
+        out[mode]["speedup"] = round(out["none"]["ms_per_call"] / out[mode]["ms_per_call"], 3)
+    return out
+
+
+def compiled(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
+    """The dual-cache decode with the model's layers compiled for its fixed-shape cached calls, against eager."""
+    start = speed.canvas(dlm, args.prompt, args.gen)
+    settings = kvcache.CacheSettings("dual", args.block, 0)
+    eager, fast = dlm.cached(settings), dlm.cached(settings)
+    mode = "reduce-overhead" if dlm.device.type == "cuda" and args.backend == "inductor" else None
+    try:
+        hidden = torch.compile(fast.run, backend=args.backend, mode=mode, dynamic=False)
+    except Exception as err:  # an unsupported backend or platform: reported, the check goes on
+        return {"error": f"{type(err).__name__}: {err}"[:300]}
+    full, seen = fast.run, []
+
+    def run(ids: torch.Tensor, begin: int = 0, kv: Any = None) -> torch.Tensor:
+        return full(ids, begin, kv) if kv is None or kv.span is None else hidden(ids, begin, kv)
+
+    fast.run = run
+
+    def both(tokens: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        want, got = eager(tokens, rows), fast(tokens, rows)
+        seen.append(float((want - got).abs().max()))
+        return want
+
+    both.takes_rows = True  # type: ignore[attr-defined]
+    try:
+        plain = last(decoder(args.block)(start, eager, torch.Generator().manual_seed(0)))
+        last(decoder(args.block)(start, fast, torch.Generator().manual_seed(0)))  # compiles, per block start
+        twin = last(decoder(args.block)(start, both, torch.Generator().manual_seed(0)))
+        took = last(decoder(args.block)(start, fast, torch.Generator().manual_seed(0)))
+        timed = speed.Timed(fast, dlm.device)
+        last(decoder(args.block)(start, timed, torch.Generator().manual_seed(0)))
+    except Exception as err:  # a graph torch cannot compile: reported, the check goes on
+        return {"error": f"{type(err).__name__}: {err}"[:300], "backend": args.backend, "mode": mode}
+    cached_times = timed.times[1 : args.block] or timed.times  # the first block's cached calls
+    return {
+        "backend": args.backend,
+        "mode": mode,
+        "ms_per_call": round(statistics.median(cached_times) * 1e3, 3),
+        "same_tokens": bool(torch.equal(took.canvas.tokens, plain.canvas.tokens))
+        and bool(torch.equal(twin.canvas.tokens, plain.canvas.tokens)),
+        "max_logit_difference": max(seen) if seen else None,
+    }
+
+
+def sampler(dlm: Dlm, args: argparse.Namespace, call_ms: float) -> dict[str, Any]:
+    """ms of one proposal over the block's rows at T = 0 and 1, and its share of an uncached call."""
+    start = speed.canvas(dlm, args.prompt, args.gen)
+    rows = start.holes.nonzero().squeeze(-1)[: args.block]
+    logits = dlm.predict(start.tokens, rows)  # (block, V)
+    out: dict[str, Any] = {"rows": len(rows), "vocab": logits.shape[-1]}
+    for temperature in (0.0, 1.0):
+        rng, times = torch.Generator().manual_seed(0), []
+        for _ in range(args.repeats * 5):
+            sync(dlm.device)
+            began = time.perf_counter()
+            sampling.propose(logits, temperature, rng, dlm.mask_id)
+            sync(dlm.device)
+            times.append(time.perf_counter() - began)
+        ms = statistics.median(times) * 1e3
+        out[f"t{temperature:g}"] = {"ms": round(ms, 4), "share_of_call": round(ms / call_ms, 4)}
+    return out
+
+
+def guard(dlm: Dlm, args: argparse.Namespace, call_ms: float) -> dict[str, Any]:
+    """The guard's ms per call in a guarded low-confidence decode (a Python prompt), and its share of a call."""
+    start = speed.canvas(dlm, args.prompt, args.gen)
+    row = speed.measure(dlm, "low-confidence", decoder(args.block, guard=True), start, args.prompt, "none", 0)
+    if row.guard_s is None:
+        return {"error": "the guard gave up on this canvas (no filling parses)"}
+    ms = row.guard_s * 1e3
+    return {"ms_per_call": round(ms, 3), "share_of_call": round(ms / call_ms, 4)}
+
+
+def serve(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
+    """Requests and model calls per second through the server's queue at each level of concurrency."""
+    from dlmcode.serve.engine import Engine
+    from dlmcode.serve.queue import Queue
+    from dlmcode.serve.request import Fill
+
+    out = {}
+    for level in LEVELS:
+        queue = Queue(Engine(dlm, options={"block": args.block}, batch=level, lines=0))
+        reqs = [Fill(PREFIX, SUFFIX, ceiling=args.gen, seed=i) for i in range(level)]
+
+        async def arrive(q: Queue = queue, rs: list[Fill] = reqs) -> list[Any]:
+            return await asyncio.gather(*(q.answer(r) for r in rs))
+
+        began = time.perf_counter()
+        answers = asyncio.run(arrive())
+        seconds = time.perf_counter() - began
+        queue.close()
+        out[str(level)] = {
+            "requests_per_s": round(level / seconds, 3),
+            "calls_per_s": round(sum(a.calls for a in answers) / seconds, 3),
+            "holes_per_s": round(sum(a.holes for a in answers) / seconds, 3),
+            "forwards": queue.counters.forwards,  # batched forwards (at 1 the decode calls the model itself)
+            "mean_batch": round(queue.counters.rows / queue.counters.forwards, 2) if queue.counters.forwards else 1.0,
+        }
+    return out
+
+
+def check(shape: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
+    """Every step for one shape, in order; a step past the deadline is skipped and named."""
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    note(f"{shape}: building random weights on {device} in {args.dtype}")
+    dlm = standins.published(shape, device, dtype, TINY[shape] if args.tiny else None)
+    report: dict[str, Any] = {"shape": shape, "prompt": args.prompt, "gen": args.gen, "block": args.block}
+    skipped: list[str] = []
+    steps = {
+        "calls": lambda d: calls(d, args),
+        "sampler": lambda d: sampler(d, args, report["calls"]["none"]["ms_per_call"]),
+        "guard": lambda d: guard(d, args, report["calls"]["none"]["ms_per_call"]),
+        "serve": lambda d: serve(d, args),
+        "compiled": lambda d: compiled(d, args),
+    }
+    for name, step in steps.items():
+        if name == "compiled" and args.no_compile:
+            continue
+        if time.perf_counter() > deadline or (name != "calls" and "ms_per_call" not in str(report.get("calls"))):
+            skipped.append(name)
+            continue
+        note(f"{shape}: {name}")
+        try:
+            report[name] = step(dlm)
+        except Exception as err:  # one failed step is reported; the loan still gets the others' figures
+            report[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    report["skipped"] = skipped
+    report["peak_memory_mb"] = (
+        round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None
+    )
+    del dlm
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return report
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--tiny", action="store_true", help="toy-size models (a CPU test of the whole run)")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: llada-8b, dream-7b")
+    p.add_argument("--prompt", type=int, default=512, help="prompt tokens")
+    p.add_argument("--gen", type=int, default=64, help="holes after the prompt")
+    p.add_argument("--block", type=int, default=32, help="holes per block")
+    p.add_argument("--repeats", type=int, default=3, help="timing repeats of the sampler (x5)")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend (the test uses eager)")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile step")
+    p.add_argument("--budget", type=float, default=270.0, help="seconds; steps past it are skipped")
+    p.add_argument("--out", help="also write the JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    deadline = time.perf_counter() + args.budget
+    began = time.perf_counter()
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else args.device,
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "tiny": args.tiny,
+        "shapes": [check(shape, args, deadline) for shape in args.shapes.split(",")],
+    }
+    result["seconds"] = round(time.perf_counter() - began, 1)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
