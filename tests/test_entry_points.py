@@ -18,6 +18,7 @@ MODULES = [
     "benchmarks.length_probe",
     "benchmarks.threads",
     "benchmarks.merge",
+    "benchmarks.gpu_check",
 ]
 
 

@@ -1,33 +1,29 @@
-"""scripts/gpu_check.py, the GPU check ready for the next loan, run end to end on the CPU at a toy size."""
+"""benchmarks/gpu_check.py, the GPU check ready for the next loan, run end to end on the CPU at a toy size."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import dataclasses
+import json
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
+from benchmarks import gpu_check
 
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+TINY = ["--tiny", "--device", "cpu", "--dtype", "fp32", "--prompt", "24", "--gen", "8", "--block", "4"]
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
-    args = ["--tiny", "--device", "cpu", "--dtype", "fp32", "--prompt", "24", "--gen", "8", "--block", "4"]
-    return load_script().main([*args, "--backend", "eager", "--repeats", "1", "--out", str(out)]), out
+    with pytest.raises(SystemExit) as done:  # the module's entry point, as `python -m benchmarks.gpu_check` runs it
+        gpu_check.main([*TINY, "--backend", "eager", "--repeats", "1", "--out", str(out)])
+    assert done.value.code == 0
+    return json.loads(out.read_text())
 
 
 def test_every_step_runs_for_both_shapes(report):
-    result, out = report
-    assert out.read_text().strip() and [s["shape"] for s in result["shapes"]] == ["llada-8b", "dream-7b"]
-    for shape in result["shapes"]:
+    assert [s["shape"] for s in report["shapes"]] == ["llada-8b", "dream-7b"]
+    for shape in report["shapes"]:
         assert shape["skipped"] == [] and shape["peak_memory_mb"] is None  # no GPU: no GPU memory to report
         calls = shape["calls"]
         assert all(calls[m]["ms_per_call"] > 0 and calls[m]["calls"] == 8 for m in ("none", "prefix", "dual"))
@@ -41,7 +37,17 @@ def test_every_step_runs_for_both_shapes(report):
 
 
 def test_steps_past_the_budget_are_skipped_and_named():
-    args = ["--tiny", "--device", "cpu", "--dtype", "fp32", "--shapes", "llada-8b", "--budget", "0"]
-    result = load_script().main(args)
-    (shape,) = result["shapes"]
+    settings = gpu_check.Settings("cpu", "fp32", tiny=True, shapes=("llada-8b",), budget=0)
+    (shape,) = gpu_check.run(settings)["shapes"]
     assert shape["skipped"] == ["calls", "sampler", "guard", "serve", "compiled"]
+
+
+def test_a_failing_step_is_reported_and_the_others_still_run(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("no such kernel")
+
+    monkeypatch.setattr(gpu_check, "guard", broken)
+    settings = gpu_check.Settings("cpu", "fp32", tiny=True, shapes=("dream-7b",), prompt=16, gen=4, block=4)
+    (shape,) = gpu_check.run(dataclasses.replace(settings, no_compile=True))["shapes"]
+    assert shape["guard"] == {"error": "RuntimeError: no such kernel"} and "ms_per_call" in shape["calls"]["none"]
+    assert set(shape["serve"]) == {"1", "4", "16"}

@@ -116,22 +116,23 @@ def inverse_cdf(weights: Tensor, u: Tensor, banned: int) -> Tensor:
     if masked:
         kept = weights[:, banned].clone()
         weights[:, banned] = 0
-    sums = chunk_sums(weights)  # (H, n)
+    size = min(CHUNK, vocab)
+    sums = chunk_sums(weights, size)  # (H, n)
     chunk, share = locate(sums, u)  # (H,), (H,)
-    cols = chunk[:, None] * CHUNK + torch.arange(CHUNK, device=weights.device)  # (H, C)
+    cols = chunk[:, None] * size + torch.arange(size, device=weights.device)  # (H, C)
     inside = weights.gather(1, cols.clamp_max(vocab - 1)) * (cols < vocab)  # (H, C)
     if masked:
         weights[:, banned] = kept  # the caller's weights as they were
     col, _ = locate(inside, share)
-    return (chunk * CHUNK + col).clamp_max(vocab - 1)
+    return (chunk * size + col).clamp_max(vocab - 1)
 
 
-def chunk_sums(weights: Tensor) -> Tensor:
-    """(H, ceil(V / CHUNK)) the sum of each run of CHUNK columns."""
+def chunk_sums(weights: Tensor, size: int) -> Tensor:
+    """(H, ceil(V / size)) the sum of each run of `size` columns."""
     h, vocab = weights.shape
-    full = vocab // CHUNK
-    sums = weights[:, : full * CHUNK].reshape(h, full, CHUNK).sum(-1)  # (H, full)
-    return torch.cat([sums, weights[:, full * CHUNK :].sum(-1, keepdim=True)], -1) if vocab % CHUNK else sums
+    full = vocab // size
+    sums = weights[:, : full * size].reshape(h, full, size).sum(-1)  # (H, full)
+    return torch.cat([sums, weights[:, full * size :].sum(-1, keepdim=True)], -1) if vocab % size else sums
 
 
 def locate(weights: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:

@@ -1,7 +1,7 @@
 """The GPU check (issue 30), ready for the next loan of a GPU: one run, under five minutes on one GPU.
 
-    python scripts/gpu_check.py [--out gpu.json]            # on the GPU: LLaDA-8B and Dream-7B shapes, bf16
-    python scripts/gpu_check.py --tiny --device cpu          # the same steps at a toy size (the test runs this)
+    python -m benchmarks.gpu_check [--out gpu.json]              # on the GPU: LLaDA-8B and Dream-7B shapes, bf16
+    python -m benchmarks.gpu_check --tiny --device cpu --dtype fp32   # the same steps at a toy size (its test)
 
 For random models of LLaDA-8B's and Dream-7B's published shapes (bench/standins.py: the times are
 real, the tokens mean nothing) it prints one JSON object (stdout) with, per shape:
@@ -19,27 +19,30 @@ real, the tokens mean nothing) it prints one JSON object (stdout) with, per shap
   (serve/queue.py) at 1, 4 and 16 concurrent requests, the queue batching as many;
 - `peak_memory_mb`: the most GPU memory allocated while the shape ran (null on a CPU).
 
-Progress goes to stderr. Steps that would take the run past --budget seconds are skipped and
-named in `skipped`, so a loan is never spent on a hung step.
+Progress goes to stderr. Steps that would start past --budget seconds are skipped and named in
+`skipped`, and a step that fails is reported as its error, so a loan always ends with figures.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
 import statistics
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
 import torch
+import typer
 
 from dlmcode import decoders
 from dlmcode.bench import speed, standins
 from dlmcode.core import sampling
 from dlmcode.core.canvas import last
+from dlmcode.core.entry import one_command
 from dlmcode.models import cache as kvcache
 from dlmcode.models.base import Dlm
 
@@ -72,6 +75,26 @@ PREFIX = "import os\n\n\ndef walk(root):\n    for path, dirs, files in os.walk(r
 SUFFIX = "\n    return None\n"
 
 
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The command's options (see `command`)."""
+
+    device: str
+    dtype: str = "bf16"
+    tiny: bool = False
+    shapes: tuple[str, ...] = SHAPES
+    prompt: int = 512
+    gen: int = 64
+    block: int = 32
+    repeats: int = 3
+    backend: str = "inductor"
+    no_compile: bool = False
+    budget: float = 270.0
+
+
 def note(text: str) -> None:
     print(f"gpu_check: {text}", file=sys.stderr, flush=True)
 
@@ -85,7 +108,7 @@ def decoder(block: int, guard: bool = False) -> decoders.Decoder:
     return decoders.build("low-confidence", {"block": block, "guard": guard})
 
 
-def calls(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
+def calls(dlm: Dlm, args: Settings) -> dict[str, Any]:
     """Median ms per call without a cache and with each cache, and each cache's speedup."""
     start = speed.canvas(dlm, args.prompt, args.gen)
     dec = decoder(args.block)
@@ -99,7 +122,7 @@ def calls(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def compiled(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
+def compiled(dlm: Dlm, args: Settings) -> dict[str, Any]:
     """The dual-cache decode with the model's layers compiled for its fixed-shape cached calls, against eager."""
     start = speed.canvas(dlm, args.prompt, args.gen)
     settings = kvcache.CacheSettings("dual", args.block, 0)
@@ -142,7 +165,7 @@ def compiled(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def sampler(dlm: Dlm, args: argparse.Namespace, call_ms: float) -> dict[str, Any]:
+def sampler(dlm: Dlm, args: Settings, call_ms: float) -> dict[str, Any]:
     """ms of one proposal over the block's rows at T = 0 and 1, and its share of an uncached call."""
     start = speed.canvas(dlm, args.prompt, args.gen)
     rows = start.holes.nonzero().squeeze(-1)[: args.block]
@@ -161,7 +184,7 @@ def sampler(dlm: Dlm, args: argparse.Namespace, call_ms: float) -> dict[str, Any
     return out
 
 
-def guard(dlm: Dlm, args: argparse.Namespace, call_ms: float) -> dict[str, Any]:
+def guard(dlm: Dlm, args: Settings, call_ms: float) -> dict[str, Any]:
     """The guard's ms per call in a guarded low-confidence decode (a Python prompt), and its share of a call."""
     start = speed.canvas(dlm, args.prompt, args.gen)
     row = speed.measure(dlm, "low-confidence", decoder(args.block, guard=True), start, args.prompt, "none", 0)
@@ -171,7 +194,7 @@ def guard(dlm: Dlm, args: argparse.Namespace, call_ms: float) -> dict[str, Any]:
     return {"ms_per_call": round(ms, 3), "share_of_call": round(ms / call_ms, 4)}
 
 
-def serve(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
+def serve(dlm: Dlm, args: Settings) -> dict[str, Any]:
     """Requests and model calls per second through the server's queue at each level of concurrency."""
     from dlmcode.serve.engine import Engine
     from dlmcode.serve.queue import Queue
@@ -199,12 +222,12 @@ def serve(dlm: Dlm, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def check(shape: str, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
+def check(shape: str, args: Settings, deadline: float) -> dict[str, Any]:
     """Every step for one shape, in order; a step past the deadline is skipped and named."""
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    dtype = DTYPES[args.dtype]
     note(f"{shape}: building random weights on {device} in {args.dtype}")
     dlm = standins.published(shape, device, dtype, TINY[shape] if args.tiny else None)
     report: dict[str, Any] = {"shape": shape, "prompt": args.prompt, "gen": args.gen, "block": args.block}
@@ -238,25 +261,8 @@ def check(shape: str, args: argparse.Namespace, deadline: float) -> dict[str, An
     return report
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--tiny", action="store_true", help="toy-size models (a CPU test of the whole run)")
-    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: llada-8b, dream-7b")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens")
-    p.add_argument("--gen", type=int, default=64, help="holes after the prompt")
-    p.add_argument("--block", type=int, default=32, help="holes per block")
-    p.add_argument("--repeats", type=int, default=3, help="timing repeats of the sampler (x5)")
-    p.add_argument("--backend", default="inductor", help="torch.compile backend (the test uses eager)")
-    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile step")
-    p.add_argument("--budget", type=float, default=270.0, help="seconds; steps past it are skipped")
-    p.add_argument("--out", help="also write the JSON here")
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse(argv)
+def run(args: Settings) -> dict[str, Any]:
+    """Every shape's report, as one JSON-ready dict."""
     deadline = time.perf_counter() + args.budget
     began = time.perf_counter()
     result: dict[str, Any] = {
@@ -264,15 +270,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "torch": torch.__version__,
         "dtype": args.dtype,
         "tiny": args.tiny,
-        "shapes": [check(shape, args, deadline) for shape in args.shapes.split(",")],
+        "shapes": [check(shape, args, deadline) for shape in args.shapes],
     }
     result["seconds"] = round(time.perf_counter() - began, 1)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
     return result
+
+
+def command(
+    device: Annotated[str | None, typer.Option(help="cuda or cpu [default: cuda when there is one]")] = None,
+    dtype: Annotated[str, typer.Option(help="bf16 or fp32")] = "bf16",
+    tiny: Annotated[bool, typer.Option("--tiny", help="toy-size models (a CPU test of the whole run)")] = False,
+    shapes: Annotated[str, typer.Option(help="comma-separated: llada-8b, dream-7b")] = ",".join(SHAPES),
+    prompt: Annotated[int, typer.Option(help="prompt tokens")] = 512,
+    gen: Annotated[int, typer.Option(help="holes after the prompt")] = 64,
+    block: Annotated[int, typer.Option(help="holes per block")] = 32,
+    repeats: Annotated[int, typer.Option(help="timing repeats of the sampler (x5)")] = 3,
+    backend: Annotated[str, typer.Option(help="torch.compile backend (the test uses eager)")] = "inductor",
+    no_compile: Annotated[bool, typer.Option("--no-compile", help="skip the torch.compile step")] = False,
+    budget: Annotated[float, typer.Option(help="seconds; steps that would start past it are skipped")] = 270.0,
+    out: Annotated[Path | None, typer.Option(help="also write the JSON here")] = None,
+) -> None:
+    """Time LLaDA-8B and Dream-7B shapes on a GPU: calls with and without caches, compiled, sampler, guard, serve."""
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"{dtype!r}: give one of {', '.join(DTYPES)}", param_hint="--dtype")
+    names = tuple(s.strip() for s in shapes.split(",") if s.strip())
+    if not names or not set(names) <= set(SHAPES):
+        raise typer.BadParameter(f"{shapes!r}: give some of {', '.join(SHAPES)}", param_hint="--shapes")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    settings = Settings(device, dtype, tiny, names, prompt, gen, block, repeats, backend, no_compile, budget)
+    text = json.dumps(run(settings), indent=1)
+    typer.echo(text)
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+
+
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
 
 
 if __name__ == "__main__":
