@@ -158,6 +158,19 @@ def test_nothing_passes_commits_the_witness_token():
     assert session.stats.fallback == 1
 
 
+def test_when_nothing_passes_the_fallback_prefers_the_model_s_own_token_to_a_filler_s():
+    # the witness holds NEUTRAL (a filler's) at 1 and CLOSE at 2; the model's top token at 2 is CLOSE, at 1 OPEN
+    mask = 9
+    canvas = torch.tensor([OPEN, mask, mask])
+    session = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, CLOSE]), mask, candidates=1).begin(canvas)
+    probs = torch.full((3, 10), 1e-6)
+    probs[1, OPEN], probs[1, NEUTRAL] = 0.5, 0.45  # the filler's NEUTRAL is likelier at 1 than CLOSE at 2 ...
+    probs[2, CLOSE], probs[2, OPEN], probs[2, NEUTRAL] = 0.4, 0.35, 0.25  # ... but CLOSE is the model's own at 2
+    proposals = torch.tensor([OPEN, OPEN])  # sampled: neither has a witness
+    pos, ids, _ = session.admit(canvas, probs.log(), torch.tensor([1, 2]), proposals, torch.tensor([0.5, 0.35]))
+    assert pos.tolist() == [2] and ids.tolist() == [CLOSE] and session.stats.fallback == 1
+
+
 # ---------------------------------------------------------------- the check, on hand-made partial fills
 
 
@@ -441,3 +454,30 @@ def test_a_window_that_begins_inside_a_docstring_reads_the_literal_state_of_the_
     assert guard.open_literal(doc + '"abc', "python") == '"'
     assert guard.open_literal("x = 1  # it's", "python") == "\n"
     assert guard.open_literal("int x; /* a", "c") == "*/" and guard.open_literal("let s = `a ${b", "javascript") == "`"
+
+
+# ---------------------------------------------------------------- no comment escape
+
+
+def test_a_comment_that_would_swallow_the_user_s_code_after_the_hole_is_never_admitted(shipped):
+    # `x = 1 #  + 2` parses: the judge alone would take the model's `#`, and `+ 2` would be lost in a comment
+    job = job_for(shipped, "x = 1⟦fill:2⟧ + 2\ny = 3\n")
+    hash_ = guard.single_token(shipped.tokenizer, " #")
+    assert not completable(job, partial(shipped, job, {1: " #"}))
+    assert completable(job, partial(shipped, job, {0: " +", 1: " 1"}))
+    one = guard.single_token(shipped.tokenizer, " 1")
+
+    def predict(tokens):
+        logits = torch.zeros(len(tokens), 4096)
+        logits[:, hash_], logits[:, one] = 9.0, 6.0
+        return logits
+
+    job.dlm = dataclasses.replace(job.dlm, predict=predict)
+    result = job.run()
+    assert "+ 2" in result.text and "#" not in result.text.split("\n")[0], result.text
+
+
+def test_a_comment_the_user_s_own_line_ends_in_may_stay_one(shipped):
+    # the hole replaces code and a comment that run to the end of the line: a comment may end the fill there
+    job = job_for(shipped, "x = 1⟦fill:3⟧\ny = 3\n")
+    assert completable(job, partial(shipped, job, {1: " #"}))

@@ -140,7 +140,7 @@ class Job:
             return dataclasses.replace(decoder, completer=None)
         began = time.perf_counter()  # the first search is the guard's time too (Stats.first)
         fit = guard.Fillers(self.lang, self.dlm.tokenizer, self.blank())
-        counted = guard.Counted(self.judge)
+        counted = guard.Counted(self.keeps)
         found = (
             guard.first_witness(
                 self.plan.canvas.tokens, self.plan.positions, self.around(), fit, counted, budget=guard.FIRST
@@ -151,8 +151,36 @@ class Job:
         first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began)
         return dataclasses.replace(
             decoder,
-            completer=guard.Guard(self.judge, found, self.plan.canvas.mask_id, self.text_around, fit, first=first),
+            completer=guard.Guard(self.keeps, found, self.plan.canvas.mask_id, self.text_around, fit, first=first),
         )
+
+    def keeps(self, tokens: torch.Tensor) -> int:
+        """The guard's verdict on a witness: the judge's new errors, or 1 when the fill escapes (`escapes`)."""
+        return self.judge(tokens) or int(self.escapes(tokens))
+
+    def escapes(self, tokens: torch.Tensor) -> bool:
+        """Whether a fill turns the user's code after a hole into a comment or a string (a `#` that comments
+        out the rest of the line, a quote it leaves open): the judge passes such a text, the user would not.
+        The literal each hole ends in must be one of `literals`, or the one it began in."""
+        canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
+        filled = spans.splice(
+            self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
+        )
+        for (start, end), want in zip(filled.regions, self.literals, strict=True):
+            began = {guard.open_literal(filled.text[:start], self.lang)} if None in want else set()
+            if guard.literal_at(filled.text, end, self.lang) not in want | began:
+                return True
+        return False
+
+    @functools.cached_property
+    def literals(self) -> list[set[str | None]]:
+        """Per hole, the literals its fill may end in: the user's own there, or (a marker, no text of theirs)
+        code, the string the code after it starts inside of, or (None) the literal the hole began in."""
+        user, regions = self.reference
+        return [
+            {guard.literal_at(user, b, self.lang)} if b > a else {"", guard.opened_after(user[b:], self.lang), None}
+            for a, b in regions
+        ]
 
     def unguardable(self) -> str | None:
         if self.lang is None:

@@ -184,10 +184,9 @@ class Session:
         if not kept:  # nothing passes: the witness's own token where the model likes it best
             rows = logits[pos.to(logits.device)].float().cpu()  # (k, V)
             mine = (rows.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1) - torch.logsumexp(rows, 1)).exp()  # (k,)
-            plain = torch.tensor(
-                [not self.escape(int(t)) for t in self.witness[pos]]
-            )  # a comment start only when nothing else
-            best = int(torch.where(plain, mine, mine - 2).argmax())
+            plain = torch.tensor([not self.escape(int(t)) for t in self.witness[pos]])
+            own = self.witness[pos] == draft[pos]  # the model's own top token there, not a filler's
+            best = int((mine + own.float() - 2 * (~plain).float()).argmax())  # a comment start only when nothing else
             kept.append((int(pos[best]), int(self.witness[pos[best]]), float(mine[best])))
             self.stats.fallback += 1
         p_, t_, s_ = zip(*kept, strict=True)
@@ -649,6 +648,14 @@ def open_literal(before: str, lang: str) -> str:
             done = len(text) >= 2 * len(opener) and text.endswith(closer) and not _escaped(text, len(closer))
             return "" if done else closer
     return ""
+
+
+def literal_at(text: str, at: int, lang: str) -> str:
+    """The literal `text` is inside of at `at` (open_literal), a line comment counting as code when the rest of
+    its line is blank (nothing of the user's is commented out)."""
+    found = open_literal(text[:at], lang)
+    rest = text[at : text.find("\n", at) if "\n" in text[at:] else len(text)]
+    return "" if found == "\n" and not rest.strip() else found
 
 
 def _escaped(text: str, tail: int) -> bool:
