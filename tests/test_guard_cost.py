@@ -3,6 +3,7 @@ row of it reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -39,6 +40,8 @@ def test_the_target_is_2_percent_up_to_50_kb_and_5_above():
     small = guard_cost.CostRow("a.py", 49_000, 1, calls=10, guard_s=0.01, forward_s=0.1)
     large = guard_cost.CostRow("b.py", 229_000, 4, calls=10, guard_s=0.01, forward_s=0.1)
     assert small.share == pytest.approx(0.01) and small.target == 0.02 and large.target == 0.05
+    assert small.to_dict()["met"] and not dataclasses.replace(small, guard_s=0.03).to_dict()["met"]
+    assert large.to_dict()["share_of_forward"] == 0.01 and large.to_dict()["per_call_s"] == 0.001
 
 
 @pytest.mark.slow
