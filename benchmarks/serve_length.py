@@ -19,8 +19,8 @@ from typing import Annotated, Any
 import torch
 import typer
 
-from dlmcode import decoders
 from dlmcode.bench import metrics, suites
+from dlmcode.core import settings
 from dlmcode.core.entry import one_command
 from dlmcode.jobs import fill as jobs
 from dlmcode.models import load
@@ -89,7 +89,7 @@ def command(
     """Measure the server's length rule: the length unknown (an editor's ceiling) against the oracle length."""
     if threads:
         torch.set_num_threads(threads)
-    options = decoders.parse_options(option if option is not None else ["block=8"])
+    options = settings.parse_options(option if option is not None else ["block=8"])
     dlm = load()
     engine = Engine(dlm, decoder=decoder, options=options, cache=cache, lang="python", lines=lines)
     tasks = suites.load(suite, limit, dlm.tokenizer).tasks

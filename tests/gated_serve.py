@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from dlmcode.cli import commands
+from dlmcode.cli import commands, shared
 from dlmcode.serve.queue import Queue
 
 from serve_tiny import Script, char_dlm
@@ -40,7 +40,7 @@ def main() -> None:
         os.write(events, b"stopping\n")
 
     Queue.stop = stop_and_say
-    commands.load_model = lambda choice, quiet: char_dlm(predict)
+    shared.load_model = lambda choice, quiet: char_dlm(predict)
     commands.app(["serve", *sys.argv[3:]], prog_name="dlmcode")
 
 

@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 from dlmcode.core.canvas import Canvas, Step
 from dlmcode.core.errors import UsageError
+from dlmcode.core.settings import parse_options
 from dlmcode.decoders import (
     DECODERS,
     build,
     describe,
     eb,
     factor,
-    parse_options,
     threshold,
 )
 from dlmcode.decoders.base import Revising

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 import dlmcode
 from dlmcode.cli import commands as cli
+from dlmcode.cli import shared
 from dlmcode.core.errors import UsageError
 from dlmcode.core.run import SEED_MAX, ModelChoice, RunSettings
 from dlmcode.jobs import fill
@@ -83,7 +84,7 @@ def recording(monkeypatch):
     """Wrap the CLI's model loader and fill's job builders: note each ModelChoice and RunSettings they get, then do the
     real work."""
     seen: dict[str, list] = {"load": [], "infill": [], "generate": []}
-    load, infill_job, generate_job = cli.load_model, fill.infill_job, fill.generate_job
+    load, infill_job, generate_job = shared.load_model, fill.infill_job, fill.generate_job
 
     def load_model(choice, quiet):
         seen["load"].append(choice)
@@ -97,7 +98,7 @@ def recording(monkeypatch):
         seen["generate"].append(run)
         return generate_job(prompt, dlm, run, **kwargs)
 
-    monkeypatch.setattr(cli, "load_model", load_model)
+    monkeypatch.setattr(shared, "load_model", load_model)
     monkeypatch.setattr(fill, "infill_job", infill)
     monkeypatch.setattr(fill, "generate_job", generate)
     return seen

@@ -9,6 +9,7 @@ import threading
 import pytest
 from starlette.testclient import TestClient
 
+from dlmcode.core import settings
 from dlmcode.jobs import sizing
 from dlmcode.serve import fim, length
 from dlmcode.serve.app import make_app
@@ -456,10 +457,9 @@ def test_api_key_is_required_in_every_protocol(path, body, message):
 @pytest.mark.parametrize("batch", [1, 4])
 def test_the_guard_is_a_server_wide_setting_too(batch):
     # `dlmcode serve -d threshold -o guard=true`: the options as the CLI parses them, over the recorded llama.vim body
-    from dlmcode import decoders
 
     dlm, _ = tiny_dlm(PREFIX, SCRIPT)  # unindented after `def add(a, b):` the script would break the file
-    options = decoders.parse_options(["guard=true"])
+    options = settings.parse_options(["guard=true"])
     c = TestClient(make_app(Engine(dlm, "threshold", options, lang="python", batch=batch)))
     got = c.post("/infill", json={**llama_vim_body(PREFIX, "", SUFFIX), "n_predict": 20, "t_max_predict_ms": 0}).json()
     r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}).json()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import decoders
-from ..core import contracts
+from ..core import contracts, settings
 from ..core.canvas import Decoder
 from ..core.errors import DlmcodeError, InputError, UsageError
 from ..core.run import AUTO, CacheSettings, RunSettings
@@ -119,7 +119,7 @@ def configs(
     names = names or list(decoders.DECODERS)
     for name in names:
         decoders.build(name)  # an unknown name fails here, listing the decoders
-    given = decoders.parse_options(options)
+    given = settings.parse_options(options)
     axes = dict(parse_sweep(s) for s in sweeps)
     for key in [*given, *axes]:
         if not any(key in _fields(name) for name in names):

@@ -40,6 +40,17 @@ def pairs(args: list[str], flag: str = "-o") -> dict[str, str]:
     return out
 
 
+def parse_options(pairs_given: list[str] | None) -> dict[str, str]:
+    """-o key=value pairs as a dict, or a UsageError naming the bad one; the values are the decoder's
+    to check (decoders.build). No torch here: the CLI calls it before torch imports."""
+    from .errors import UsageError
+
+    try:
+        return pairs(pairs_given or [])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
 def convert(raw: str, hint: Any) -> Any:
     """`raw` as a value of the type `hint` (int, float, bool, str, Literal, X | None); ValueError if it is not one."""
     args = typing.get_args(hint)

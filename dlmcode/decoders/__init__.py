@@ -70,14 +70,6 @@ def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
         raise UsageError(f"decoder {name!r}: {err}") from None
 
 
-def parse_options(pairs: list[str]) -> dict[str, str]:
-    """`["tau=0.8", "block=32"]` -> {"tau": "0.8", "block": "32"}."""
-    try:
-        return settings.pairs(pairs)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-
-
 def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
     """Convert one setting from text to its field type, or raise a UsageError naming it."""
     if not isinstance(raw, str):

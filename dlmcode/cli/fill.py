@@ -1,0 +1,174 @@
+"""`dlmcode infill` and `dlmcode generate`: one fill or continuation, with its live view on stderr
+and the code (or JSON) on stdout."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from ..core import files, settings
+from ..core.entry import Command, reported
+from ..core.run import ModelChoice, RunSettings
+from . import shared
+from .app import app
+from .flags import (
+    MODEL,
+    Cache,
+    CacheRefresh,
+    DecoderName,
+    Json,
+    Lang,
+    Options,
+    Quiet,
+    Seed,
+    Source,
+    Temperature,
+    finite,
+    model_flags,
+)
+from .shared import decoder_checked, emit, language, parse_length, run_with_view
+
+Span = Annotated[
+    str | None,
+    typer.Option(
+        help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers"
+    ),
+]
+Length = Annotated[
+    str | None,
+    typer.Option(
+        help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: "
+        "docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]"
+    ),
+]
+InPlace = Annotated[bool, typer.Option("--in-place", "-i", help="replace FILE atomically instead of printing")]
+Diff = Annotated[
+    bool,
+    typer.Option(
+        "--diff",
+        help="print a unified diff instead of the whole file (with --in-place: as well as writing it; with --json: "
+        "as its `diff` field)",
+    ),
+]
+Force = Annotated[
+    bool, typer.Option("--force", help="with --in-place, also replace a read-only file (its mode is kept)")
+]
+
+
+@app.command(cls=Command)
+@model_flags
+def infill(
+    file: Source,
+    span: Span = None,
+    length: Length = None,
+    choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
+    decoder: DecoderName = None,
+    option: Options = None,
+    seed: Seed = 0,
+    temperature: Temperature = None,
+    lang: Lang = None,
+    cache: Cache = "none",
+    cache_refresh: CacheRefresh = 0,
+    in_place: InPlace = False,
+    diff: Diff = False,
+    force: Force = False,
+    json_out: Json = False,
+    quiet: Quiet = False,
+) -> None:
+    """Rewrite lines A..B of a file (or its ⟦fill⟧ markers) and print the whole file."""
+    from ..text import spans
+
+    # --in-place: read through one open file, kept to compare before writing (files.open_for_edit);
+    # a read-only file or folder, a FIFO or /dev/stdin fails now, not after the decode
+    with reported(), files.editing(file, force, in_place) as original:
+        source = original.text if original is not None else files.read_source(file)
+        where = spans.parse_span(span, source) if span is not None else None
+        run = RunSettings(
+            model=choice,
+            decoder=decoder,
+            options=settings.parse_options(option),
+            temperature=temperature,
+            seed=seed,
+            length=parse_length(length),
+            lang=language(file, lang, required=False),
+            cache=cache,
+            cache_refresh=cache_refresh,
+        ).strict()  # every setting checked before torch imports
+        run = decoder_checked(run, quiet)
+        from ..jobs import fill
+
+        job = fill.infill_job(source, where, shared.load_model(run.model, quiet), run)
+        result = run_with_view(job, quiet, json_out=False)
+        text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
+        patch = files.unified_diff(source, text, file) if diff else None
+        if original is not None:
+            files.replace_if_unchanged(original, text)
+        if json_out:
+            extra = {"text": text} | ({"diff": patch} if diff else {})
+            emit(json.dumps(result.to_dict() | extra, ensure_ascii=False))
+        elif patch is not None:
+            files.write_stdout(patch)
+        elif not in_place:
+            files.write_stdout(text)
+
+
+GenerateLength = Annotated[
+    str,
+    typer.Option(help="tokens to generate, or auto (the length rule reads it from one probe call: docs/length.md)"),
+]
+Chat = Annotated[
+    bool | None,
+    typer.Option(
+        "--chat/--no-chat", help="wrap the prompt in the model's chat template [default: when the model has one]"
+    ),
+]
+EosPenalty = Annotated[
+    float, typer.Option(help="Dream-Coder: subtract this from the end-of-text logit", callback=finite)
+]
+
+
+@app.command(cls=Command)
+@model_flags
+def generate(
+    prompt_file: Source,
+    length: GenerateLength = "128",
+    choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
+    decoder: DecoderName = None,
+    option: Options = None,
+    seed: Seed = 0,
+    temperature: Temperature = None,
+    lang: Lang = None,
+    chat: Chat = None,
+    raw: Annotated[bool, typer.Option(help="with --chat, print the whole reply, not just its code blocks")] = False,
+    logits_eos_inf: Annotated[bool, typer.Option(help="LLaDA: never propose end-of-text")] = False,
+    confidence_eos_eot_inf: Annotated[bool, typer.Option(help="LLaDA: commit end-of-text/turn proposals last")] = False,
+    eos_penalty: EosPenalty = 0.0,
+    cache: Cache = "none",
+    cache_refresh: CacheRefresh = 0,
+    json_out: Json = False,
+    quiet: Quiet = False,
+) -> None:
+    """Continue a prompt (or answer a request, with a chat model) and print the code."""
+    with reported():
+        prompt = files.read_source(prompt_file)
+        run = RunSettings(
+            model=choice,
+            decoder=decoder,
+            options=settings.parse_options(option),
+            temperature=temperature,
+            seed=seed,
+            length=parse_length(length),
+            lang=language(prompt_file, lang, required=False),
+            cache=cache,
+            cache_refresh=cache_refresh,
+        ).strict()  # every setting checked before torch imports
+        run = decoder_checked(run, quiet)
+        from ..jobs import fill, processors
+
+        eos = processors.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
+        job = fill.generate_job(prompt, shared.load_model(run.model, quiet), run, chat=chat, raw=raw, eos=eos)
+        result = run_with_view(job, quiet, json_out)
+        if not json_out:
+            files.write_stdout(result.text)

@@ -1,0 +1,136 @@
+"""The options several `dlmcode` commands share, declared once: the model, the decoder and its
+settings, seed, device, cache, output. A command names them by these types (simonw/llm keeps its
+shared options the same way), so a flag reads and checks the same in every command. The model's
+six flags are one group (`model_flags`): a command that loads a model takes them as one
+`ModelChoice`."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from ..core.entry import reported
+from ..core.run import SEED_MAX, ModelChoice
+
+
+def finite(value: float | None) -> float | None:
+    """Typer callback: inf and nan are never a setting."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+def seed_range(value: int) -> int:
+    if not 0 <= value <= SEED_MAX:
+        raise typer.BadParameter(f"{value} is out of range; give 0 to 2**63 - 1")
+    return value
+
+
+Source = Annotated[str, typer.Argument(help="a file, or - to read stdin")]
+
+
+Model = Annotated[
+    str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")
+]
+
+
+DecoderName = Annotated[
+    str | None,
+    typer.Option(
+        "--decoder",
+        "-d",
+        help="decoder name (see `dlmcode decoders`) [default: the model family's own: renoise for DiffusionGemma, "
+        "low-confidence for the others]",
+    ),
+]
+
+
+Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable)")]
+
+
+Seed = Annotated[int, typer.Option(help="seed of the decoder's random generator", callback=seed_range)]
+
+
+Temperature = Annotated[
+    float | None, typer.Option(help="sampling temperature; 0 = greedy [default: the decoder's]", callback=finite)
+]
+
+
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps")]
+
+
+Dtype = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 elsewhere), float32, bfloat16, float16")]
+
+
+Family = Annotated[str | None, typer.Option(help="model family, when detection from config.json is wrong")]
+
+
+TrustRemoteCode = Annotated[bool, typer.Option(help="allow a model's own Python code to run")]
+
+
+Lang = Annotated[
+    str | None, typer.Option(help="language for syntax checks [default: from the file extension; python for stdin]")
+]
+
+
+Json = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout instead of the code")]
+
+
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no live view or summary on stderr")]
+
+
+Cache = Annotated[str, typer.Option(help="KV cache for block decoding: none, prefix or dual (Fast-dLLM; approximate)")]
+
+
+CacheRefresh = Annotated[
+    int, typer.Option(help="with --cache, also run every position every N calls; 0 = only when the block moves")
+]
+
+
+Offline = Annotated[
+    bool, typer.Option("--offline", help="never download: a hub id must be in the local cache (also HF_HUB_OFFLINE=1)")
+]
+
+
+Decoders = Annotated[
+    list[str] | None, typer.Option("--decoder", "-d", help="decoder to run (repeatable) [default: every decoder]")
+]
+
+
+MODEL = ModelChoice()  # a command's `choice` default: model_flags always passes the flags' own
+
+
+MODEL_FLAGS: tuple[tuple[str, Any, Any], ...] = (  # (parameter, its type, default), in ModelChoice's order
+    ("model", Model, None),
+    ("device", Device, "auto"),
+    ("dtype", Dtype, "auto"),
+    ("family", Family, None),
+    ("trust_remote_code", TrustRemoteCode, False),
+    ("offline", Offline, False),
+)
+
+
+def model_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with the model's flags (--model, --device, --dtype, --family, --trust-remote-code,
+    --offline) in place of its parameter `choice`, which gets them as one ModelChoice."""
+    signature = inspect.signature(command, eval_str=True)
+    flags = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=t) for n, t, d in MODEL_FLAGS]
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        params += flags if param.name == "choice" else [param.replace(kind=inspect.Parameter.KEYWORD_ONLY)]
+
+    @functools.wraps(command)
+    def with_choice(**given: Any) -> Any:
+        with reported():  # a bad --device or --dtype is one line, as every other setting
+            choice = ModelChoice(*(given.pop(name) for name, _, _ in MODEL_FLAGS))
+        return command(choice=choice, **given)
+
+    with_choice.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    with_choice.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
+    del with_choice.__wrapped__  # Typer reads the signature above, not the command's own
+    return with_choice
