@@ -8,23 +8,20 @@ from typing import Annotated
 
 import typer
 
-from ..core import files, settings
+from ..core import files
 from ..core.entry import Command, reported
 from ..core.run import ModelChoice, RunSettings
 from . import shared
 from .app import app
 from .flags import (
+    DECODE,
     MODEL,
-    Cache,
-    CacheRefresh,
-    DecoderName,
+    Decode,
     Json,
     Lang,
-    Options,
     Quiet,
-    Seed,
     Source,
-    Temperature,
+    decode_flags,
     finite,
     model_flags,
 )
@@ -59,18 +56,14 @@ Force = Annotated[
 
 @app.command(cls=Command)
 @model_flags
+@decode_flags
 def infill(
     file: Source,
     span: Span = None,
     length: Length = None,
     choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
-    decoder: DecoderName = None,
-    option: Options = None,
-    seed: Seed = 0,
-    temperature: Temperature = None,
+    decode: Decode = DECODE,  # --decoder, -o, --seed, --temperature, --cache, ... (flags.decode_flags)
     lang: Lang = None,
-    cache: Cache = "none",
-    cache_refresh: CacheRefresh = 0,
     in_place: InPlace = False,
     diff: Diff = False,
     force: Force = False,
@@ -87,14 +80,9 @@ def infill(
         where = spans.parse_span(span, source) if span is not None else None
         run = RunSettings(
             model=choice,
-            decoder=decoder,
-            options=settings.parse_options(option),
-            temperature=temperature,
-            seed=seed,
             length=parse_length(length),
             lang=language(file, lang, required=False),
-            cache=cache,
-            cache_refresh=cache_refresh,
+            **decode.settings(),
         ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
         from ..jobs import fill
@@ -131,22 +119,18 @@ EosPenalty = Annotated[
 
 @app.command(cls=Command)
 @model_flags
+@decode_flags
 def generate(
     prompt_file: Source,
     length: GenerateLength = "128",
     choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
-    decoder: DecoderName = None,
-    option: Options = None,
-    seed: Seed = 0,
-    temperature: Temperature = None,
+    decode: Decode = DECODE,  # --decoder, -o, --seed, --temperature, --cache, ... (flags.decode_flags)
     lang: Lang = None,
     chat: Chat = None,
     raw: Annotated[bool, typer.Option(help="with --chat, print the whole reply, not just its code blocks")] = False,
     logits_eos_inf: Annotated[bool, typer.Option(help="LLaDA: never propose end-of-text")] = False,
     confidence_eos_eot_inf: Annotated[bool, typer.Option(help="LLaDA: commit end-of-text/turn proposals last")] = False,
     eos_penalty: EosPenalty = 0.0,
-    cache: Cache = "none",
-    cache_refresh: CacheRefresh = 0,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
@@ -155,14 +139,9 @@ def generate(
         prompt = files.read_source(prompt_file)
         run = RunSettings(
             model=choice,
-            decoder=decoder,
-            options=settings.parse_options(option),
-            temperature=temperature,
-            seed=seed,
             length=parse_length(length),
             lang=language(prompt_file, lang, required=False),
-            cache=cache,
-            cache_refresh=cache_refresh,
+            **decode.settings(),
         ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
         from ..jobs import fill, processors

@@ -2,18 +2,21 @@
 settings, seed, device, cache, output. A command names them by these types (simonw/llm keeps its
 shared options the same way), so a flag reads and checks the same in every command. The model's
 six flags are one group (`model_flags`): a command that loads a model takes them as one
-`ModelChoice`."""
+`ModelChoice`; `infill` and `generate` take their decode flags as one `Decode` (`decode_flags`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
+from ..core import settings
 from ..core.entry import reported
 from ..core.run import SEED_MAX, ModelChoice
 
@@ -105,7 +108,27 @@ Decoders = Annotated[
 MODEL = ModelChoice()  # a command's `choice` default: model_flags always passes the flags' own
 
 
-MODEL_FLAGS: tuple[tuple[str, Any, Any], ...] = (  # (parameter, its type, default), in ModelChoice's order
+@dataclass(frozen=True)
+class Decode:
+    """The decode flags of `infill` and `generate`, as RunSettings takes them."""
+
+    decoder: str | None = None
+    option: list[str] | None = None
+    seed: int = 0
+    temperature: float | None = None
+    cache: str = "none"
+    cache_refresh: int = 0
+
+    def settings(self) -> dict[str, Any]:
+        """RunSettings' decode fields; the -o pairs parsed (a bad one is a UsageError naming it)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "option"}
+        return fields | {"options": settings.parse_options(self.option)}
+
+
+DECODE = Decode()  # a command's `decode` default, as MODEL
+
+Flag = tuple[str, Any, Any]  # (parameter, its type, default)
+MODEL_FLAGS: tuple[Flag, ...] = (  # in ModelChoice's order
     ("model", Model, None),
     ("device", Device, "auto"),
     ("dtype", Dtype, "auto"),
@@ -113,24 +136,40 @@ MODEL_FLAGS: tuple[tuple[str, Any, Any], ...] = (  # (parameter, its type, defau
     ("trust_remote_code", TrustRemoteCode, False),
     ("offline", Offline, False),
 )
+DECODE_FLAGS: tuple[Flag, ...] = (  # in Decode's order
+    ("decoder", DecoderName, None),
+    ("option", Options, None),
+    ("seed", Seed, 0),
+    ("temperature", Temperature, None),
+    ("cache", Cache, "none"),
+    ("cache_refresh", CacheRefresh, 0),
+)
 
 
-def model_flags(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`command` with the model's flags (--model, --device, --dtype, --family, --trust-remote-code,
-    --offline) in place of its parameter `choice`, which gets them as one ModelChoice."""
-    signature = inspect.signature(command, eval_str=True)
-    flags = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=t) for n, t, d in MODEL_FLAGS]
-    params: list[inspect.Parameter] = []
-    for param in signature.parameters.values():
-        params += flags if param.name == "choice" else [param.replace(kind=inspect.Parameter.KEYWORD_ONLY)]
+def flag_group(param: str, record: Callable[..., Any], flags: tuple[Flag, ...]) -> Callable[..., Any]:
+    """A decorator: the command's parameter `param` becomes `flags`, and the command gets them as one
+    `record(*values)` (a bad value is one line, as every other setting)."""
 
-    @functools.wraps(command)
-    def with_choice(**given: Any) -> Any:
-        with reported():  # a bad --device or --dtype is one line, as every other setting
-            choice = ModelChoice(*(given.pop(name) for name, _, _ in MODEL_FLAGS))
-        return command(choice=choice, **given)
+    def grouped(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=t) for n, t, d in flags]
+        params: list[inspect.Parameter] = []
+        for given in signature.parameters.values():
+            params += added if given.name == param else [given.replace(kind=inspect.Parameter.KEYWORD_ONLY)]
 
-    with_choice.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    with_choice.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
-    del with_choice.__wrapped__  # Typer reads the signature above, not the command's own
-    return with_choice
+        @functools.wraps(command)
+        def with_group(**values: Any) -> Any:
+            with reported():
+                built = record(*(values.pop(name) for name, _, _ in flags))
+            return command(**{param: built}, **values)
+
+        with_group.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        with_group.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
+        del with_group.__wrapped__  # Typer reads the signature above, not the command's own
+        return with_group
+
+    return grouped
+
+
+model_flags = flag_group("choice", ModelChoice, MODEL_FLAGS)  # --model, --device, --dtype, --family, ...
+decode_flags = flag_group("decode", Decode, DECODE_FLAGS)  # --decoder, -o, --seed, --temperature, --cache, ...
