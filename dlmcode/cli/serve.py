@@ -75,7 +75,8 @@ def serve(
         from ..text import syntax
 
         options = settings.parse_options(option if option is not None else ["block=8"])
-        decoders.build(decoder, options)  # a bad decoder or setting fails before the model loads
+        if decoder is not None:  # a bad decoder or setting fails before the model loads
+            decoders.build(decoder, options)
         CacheSettings(cache, refresh=cache_refresh)
         lang_name = syntax.language_for(lang=lang) if lang else None
         if not 0 < port < 65536:
@@ -86,6 +87,10 @@ def serve(
         from .. import serve as server
 
         dlm = shared.load_model(choice, quiet=False)
+        if decoder is None:  # the family's own decoder (DiffusionGemma's renoise): its published settings
+            given = settings.parse_options(option)  # win over the default block=8, and -o over both
+            decoder, options = dlm.decoder, {**options, **dlm.decoder_options, **given}
+            decoders.build(decoder, options)
         engine = server.Engine(
             dlm,
             decoder,
