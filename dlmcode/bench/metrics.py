@@ -51,7 +51,7 @@ class Sample:
     guarded: bool | None = (
         None  # guard asked: True when it held, False when it could not (dlmcode/text/guard.py); None: not asked
     )
-    guard_seconds: float = 0.0  # of `seconds`, the time the guard's checks took
+    guard_seconds: float = 0.0  # of `seconds`, the guard's: its first witness search and every admission
 
     @property
     def key(self) -> tuple[str, str, str, int]:
