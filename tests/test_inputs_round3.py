@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -148,3 +149,115 @@ def test_speed_shape_past_the_memory_limit_is_one_line():
     )
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr == "dlmcode: error: --shape llada-8b does not fit in cpu memory as float32; try --dtype bf16\n"
+
+
+# The command run in a fresh interpreter that reports, whatever the command's end, its own peak memory (KiB).
+PEAK = """
+import resource, sys
+from dlmcode.cli.commands import main
+sys.argv = ["dlmcode", *sys.argv[2:]]
+try:
+    main()
+finally:
+    with open(PEAK_FILE, "w") as f:
+        f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+"""
+
+
+def peak_run(tmp_path, *args) -> tuple[subprocess.CompletedProcess, int]:
+    """`dlmcode ARGS` in its own process, and its peak resident memory in MB."""
+    peak = tmp_path / "peak"
+    code = PEAK.replace("PEAK_FILE", repr(str(peak)))
+    done = subprocess.run(
+        [sys.executable, "-c", code, "-", *map(str, args)],
+        capture_output=True,
+        env=os.environ | {"HF_HUB_OFFLINE": "1"},
+    )
+    return done, int(peak.read_text()) // 1024
+
+
+def eight_mib_line(path):
+    """Two short lines, then one 8 MiB line of `x = 1 + 1 + ...` (the file cap is 8 MiB)."""
+    head = "def f():\n    return 1\nx = 1"
+    path.write_text(head + " + 1" * ((8 << 20) - len(head) - 1 >> 2) + "\n")
+    return path
+
+
+def test_a_fill_of_an_8_mib_one_line_file_takes_under_500_mb(model, tmp_path):
+    """Without a language to check, the fill runs: only the window's tokens are made (2.4 GB for the
+    whole line before). With one (.py), the code is too large to check: one line before the model loads
+    (tree-sitter took 660 MB and compile() 890 MB on it)."""
+    text = eight_mib_line(tmp_path / "big.txt")
+    done, mb = peak_run(tmp_path, "infill", text, "--span", "2", "-m", model, "-q")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert mb < 500, mb
+    assert done.stdout.startswith(b"def f():\n") and done.stdout.endswith(text.read_bytes()[-4096:])
+    code = eight_mib_line(tmp_path / "big.py")
+    done, mb = peak_run(tmp_path, "infill", code, "--span", "2", "-m", model, "-q")
+    assert done.returncode == 1 and mb < 500, (done.stderr, mb)
+    assert done.stderr == b"dlmcode: error: the code is too large to check (8.0 MiB; dlmcode checks at most 1 MiB)\n"
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("cr.py", SOURCE.replace("\n", "\r")),  # bare CR (classic Mac)
+        ("mixed.py", SOURCE.replace("\n", "\r\n", 3).replace("\n", "\r", 2)),  # LF, CRLF and CR in one file
+        ("two\nlines.py", SOURCE),  # a line break in the name
+        ('tab\t"quote".py', SOURCE),
+    ],
+    ids=["bare-cr", "mixed", "newline-in-name", "tab-and-quote-in-name"],
+)
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs GNU patch")
+def test_diff_applies_with_patch(model, tmp_path, monkeypatch, name, text):
+    """`--diff` is a patch `patch -p1` applies, giving what infill prints (it wrote `\\ No newline` mid-hunk
+    for bare CRs, and split the header at a newline in the name)."""
+    monkeypatch.chdir(tmp_path)  # the diff names the file as given: relative, as a user runs it
+    (tmp_path / name).write_bytes(text.encode())
+    whole = run("infill", name, "--span", "2", "-m", model, "-q").stdout_bytes
+    result = run("infill", name, "--span", "2", "-m", model, "-q", "--diff")
+    assert result.exit_code == 0 and whole != text.encode(), result.stderr
+    done = subprocess.run(["patch", "-p1", "--batch"], input=result.stdout_bytes, capture_output=True)
+    assert done.returncode == 0, (done.stdout, done.stderr, result.stdout)
+    assert (tmp_path / name).read_bytes() == whole
+
+
+def test_syntax_guard_refuses_to_run_unguarded(model, source):
+    """README: syntax-guard always guards; `-o guard=false` was accepted and silently ignored."""
+    line = one_line_error(
+        run("infill", source, "--span", "2", "-d", "syntax-guard", "-o", "guard=false", "-m", model), 2
+    )
+    assert "guard=False syntax-guard always guards; `-d factor` is its rule unguarded" in line
+
+
+def test_a_guard_sweep_passes_syntax_guard_by(model, source):
+    """compare --sweep guard=false,true over several decoders: syntax-guard runs once (guarded), not refused."""
+    args = ["compare", source, "--span", "2", "-d", "syntax-guard", "-d", "threshold", "--sweep", "guard=false,true"]
+    result = run(*args, "-m", model, "-q", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["decoders"]
+    assert sorted((r["decoder"], r["settings"]["guard"]) for r in rows) == [
+        ("syntax-guard", True),
+        ("threshold", False),
+        ("threshold", True),
+    ]
+
+
+def test_generate_ends_its_output_with_a_newline(model, tmp_path):
+    prompt = tmp_path / "p.py"
+    prompt.write_text("def add(a, b):\n")
+    args = ["generate", prompt, "--length", "4", "-m", model, "-q"]
+    text = json.loads(run(*args, "--json").stdout)["text"]
+    assert not text.endswith("\n")  # this fill ends mid-line, so the newline is the command's
+    assert run(*args).stdout == text + "\n"
+
+
+def test_help_keeps_its_default_notes_and_writes_arguments_plainly():
+    """Rich markup took `[default: ...]` for a tag and dropped it; Typer 0.29 wrote `{file}` and `<bool>`."""
+    text = run("infill", "-h").stdout
+    assert " infill [OPTIONS] FILE\n" in text
+    flat = " ".join(text.split())  # help wraps to the terminal's width
+    assert "[default: the built-in model]" in flat and "[default: the decoder's]" in flat
+    assert "<bool>" not in text and "{" not in text
+    assert "hub id (downloaded once, then cached)" in flat
+    assert " check [OPTIONS] FILE...\n" in run("check", "-h").stdout

@@ -4,6 +4,7 @@ failure, and the time to read a body and the bytes of bodies held at once are bo
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -185,3 +186,13 @@ def test_bytes_of_bodies_held_at_once_are_bounded(monkeypatch):
         served = connect(base)
         served.sendall(head(len(good)) + good)
         assert response(served).startswith("HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llamacpp_echoes_the_n_predict_it_was_asked(served, stream):
+    """generation_settings.n_predict is the request's, as llama.cpp answers (the hole count is dlmcode's own field)."""
+    c, _ = served
+    for asked, echoed in [({"n_predict": 8}, 8), ({}, -1)]:
+        r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "stream": stream} | asked)
+        last = r.json() if not stream else json.loads(r.text.strip().split("\n\n")[-1].removeprefix("data: "))
+        assert last["generation_settings"]["n_predict"] == echoed

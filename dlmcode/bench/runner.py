@@ -154,7 +154,9 @@ def cache_settings(run: dict[str, str], block: int) -> CacheSettings:
 
 
 def _fields(name: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(decoders.DECODERS[name]) if f.init} | set(RUN_SETTINGS)
+    """The settings a sweep or a shared -o sets for decoder `name`: not one it fixes (syntax-guard's guard)."""
+    own = {f.name for f in dataclasses.fields(decoders.DECODERS[name]) if f.init and not f.metadata.get("fixed")}
+    return own | set(RUN_SETTINGS)
 
 
 # ---------------------------------------------------------------- one decode

@@ -15,6 +15,7 @@ HELP_NAMES = {"help_option_names": ["-h", "--help"]}  # commands inherit it from
 
 app = typer.Typer(
     cls=OneLineErrors,
+    rich_markup_mode=None,  # plain help: rich markup took every "[default: ...]" note for a tag and dropped it
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,

@@ -25,7 +25,7 @@ from .flags import (
     finite,
     model_flags,
 )
-from .shared import emit, language, parse_length, starting
+from .shared import checked_language, emit, parse_length, starting
 
 Span = Annotated[
     str | None,
@@ -82,7 +82,7 @@ def compare(
         run = RunSettings(
             model=choice,
             length=parse_length(length),
-            lang=language(file, lang, required=False),
+            lang=checked_language(file, lang, source),
         )  # decoder, temperature, cache: each config's
         with starting(quiet):
             from ..bench import live, runner

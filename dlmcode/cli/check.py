@@ -18,7 +18,9 @@ from .shared import emit, language
 
 @app.command(cls=Command)
 def check(
-    file: Annotated[list[str], typer.Argument(help="files, or - to read stdin; each in its own language")],
+    file: Annotated[
+        list[str], typer.Argument(help="files, or - to read stdin; each in its own language", metavar="FILE")
+    ],
     lang: Lang = None,
     json_out: Annotated[
         bool,
@@ -59,7 +61,7 @@ def check_one(label: str, source: str, lang_name: str, json_out: bool) -> dict:
 
     try:
         report = syntax.check(source, lang_name)
-    except syntax.TooDeep as err:
+    except syntax.Uncheckable as err:
         typer.echo(f"dlmcode: error: {label}: {err}", err=True)
         return {"lang": lang_name, "ok": False, "errors": None, "problems": [], "error": str(err), "file": label}
     for problem in report.problems:

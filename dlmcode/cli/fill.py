@@ -25,7 +25,7 @@ from .flags import (
     finite,
     model_flags,
 )
-from .shared import decoder_checked, emit, language, parse_length, run_with_view
+from .shared import checked_language, decoder_checked, emit, parse_length, run_with_view
 
 Span = Annotated[
     str | None,
@@ -81,7 +81,7 @@ def infill(
         run = RunSettings(
             model=choice,
             length=parse_length(length),
-            lang=language(file, lang, required=False),
+            lang=checked_language(file, lang, source),
             **decode.settings(),
         ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
@@ -140,7 +140,7 @@ def generate(
         run = RunSettings(
             model=choice,
             length=parse_length(length),
-            lang=language(prompt_file, lang, required=False),
+            lang=checked_language(prompt_file, lang, prompt),
             **decode.settings(),
         ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
@@ -149,5 +149,5 @@ def generate(
         eos = processors.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
         job = fill.generate_job(prompt, shared.load_model(run.model, quiet), run, chat=chat, raw=raw, eos=eos)
         result = run_with_view(job, quiet, json_out)
-        if not json_out:
-            files.write_stdout(result.text)
+        if not json_out:  # a text file's last line ends in a newline, so the shell prompt starts on its own
+            files.write_stdout(result.text if result.text.endswith("\n") else result.text + "\n")

@@ -34,11 +34,16 @@ def seed_range(value: int) -> int:
     return value
 
 
-Source = Annotated[str, typer.Argument(help="a file, or - to read stdin")]
+Source = Annotated[str, typer.Argument(help="a file, or - to read stdin", metavar="FILE")]
 
 
 Model = Annotated[
-    str | None, typer.Option("--model", "-m", help="model folder or cached hub id [default: the built-in model]")
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="model folder or Hugging Face hub id (downloaded once, then cached) [default: the built-in model]",
+    ),
 ]
 
 

@@ -70,6 +70,17 @@ def language(path: str, lang: str | None, required: bool) -> str | None:
         return None
 
 
+def checked_language(path: str, lang: str | None, source: str) -> str | None:
+    """language() for a command that checks its output's syntax: `source` too large to check is one
+    line now (syntax.checkable), before the model loads, not gigabytes of parsing after the decode."""
+    from ..text import syntax
+
+    name = language(path, lang, required=False)
+    if name is not None:
+        syntax.checkable(source)
+    return name
+
+
 def parse_length(length: str | None) -> int | str | None:
     if length is None or length == "auto":
         return length

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -93,15 +94,26 @@ def check_numbers(param: Any, raw: Any, ctx: Any) -> None:
             raise typer.BadParameter(why, ctx=ctx, param=param) from None
 
 
+class PlainUsage:
+    """Arguments on the usage line as Click and man pages write them (FILE, FILE...): Typer 0.29 writes
+    a required one {FILE}, which reads as a literal brace or a choice."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [REQUIRED_BRACES.sub(r"\1\2", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+REQUIRED_BRACES = re.compile(r"^\{(.*)\}(\.\.\.)?$")
+
+
 class OneLineErrors(OneLine, TyperGroup):
     """The `dlmcode` group, with one-line usage errors."""
 
 
-class Command(StrictOptions, TyperCommand):
+class Command(PlainUsage, StrictOptions, TyperCommand):
     """A `dlmcode` command: each option given once, numbers in ASCII digits."""
 
 
-class OneLineCommand(OneLine, StrictOptions, TyperCommand):
+class OneLineCommand(OneLine, PlainUsage, StrictOptions, TyperCommand):
     """A module's own command (`python -m dlmcode.training.train`), with one-line usage errors."""
 
 
@@ -109,7 +121,7 @@ def one_command(function: Any) -> typer.Typer:
     """A Typer app of the one command `function`, for a module entry point (`python -m
     dlmcode.training.evaluate`, `python -m benchmarks.serve_load`): every `python -m` module starts
     this way (or as a `command_group`), so its usage errors and its DlmcodeErrors are one line here."""
-    single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+    single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
     single.command(cls=OneLineCommand)(reporting(function))
     return single
 

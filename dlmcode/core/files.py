@@ -396,11 +396,30 @@ LONE_LF = re.compile(r"(?<!\r)\n")
 
 
 def unified_diff(before: str, after: str, name: str) -> str:
+    """A unified diff `patch` and `git apply` take: lines end at "\n" only, as they count them (a bare
+    "\r" is a character of its line, so "\\ No newline" marks only a file's last line), and a name
+    with a line break, a tab, a quote or a backslash is quoted C-style, as git quotes it."""
     label = "stdin" if name == STDIN else name
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{label}", tofile=f"b/{label}"
+        diff_lines(before), diff_lines(after), fromfile=quoted(f"a/{label}"), tofile=quoted(f"b/{label}")
     )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def diff_lines(text: str) -> list[str]:
+    """`text` cut after each "\n" (str.splitlines also cuts at "\r", "\x0c", "\u2028"... which diff does not)."""
+    return NEWLINE_KEPT.findall(text)
+
+
+NEWLINE_KEPT = re.compile(r"[^\n]*\n|[^\n]+\Z")
+C_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def quoted(name: str) -> str:
+    """`name` as a diff header holds it: as it is, or in double quotes with C escapes where it must be."""
+    if not any(c in C_ESCAPES or ord(c) < 32 for c in name):
+        return name
+    return '"' + "".join(C_ESCAPES.get(c, f"\\{ord(c):03o}" if ord(c) < 32 else c) for c in name) + '"'
 
 
 def new_file_mode() -> int:

@@ -130,9 +130,9 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
     async def llama_answer(request: Request, data: dict[str, Any], req: Fill) -> Response:
         fields, n = llamacpp.response_fields(data), llamacpp.n_cmpl(data)
         if body.boolean(data, "stream", False):  # llama.cpp streams the first completion
-            return await server.stream(request, [req], llamacpp.shape(engine), SSE)
+            return await server.stream(request, [req], llamacpp.shape(engine, req.ceiling), SSE)
         answers = await server.fills(request, with_seeds(req, n))
-        shaped = [llamacpp.render(a, engine, fields, i) for i, a in enumerate(answers)]
+        shaped = [llamacpp.render(a, engine, fields, i, req.ceiling) for i, a in enumerate(answers)]
         return JSONResponse(shaped[0] if n == 1 else shaped)
 
     async def v1_completions(request: Request, data: dict[str, Any]) -> Response:

@@ -80,8 +80,11 @@ def n_cmpl(data: Mapping[str, Any]) -> int:
     return n
 
 
-def render(answer: Answer, engine: Engine, fields: list[str] | None, index: int = 0) -> dict[str, Any]:
-    """A /completion-shaped answer; with `response_fields`, only those (nested paths flattened with '/')."""
+def render(
+    answer: Answer, engine: Engine, fields: list[str] | None, index: int = 0, asked: int | None = None
+) -> dict[str, Any]:
+    """A /completion-shaped answer; with `response_fields`, only those (nested paths flattened with '/').
+    `asked`: the request's n_predict, echoed in generation_settings as llama.cpp does (-1 when not given)."""
     seconds_ms = answer.seconds * 1000
     full = {
         "index": index,
@@ -94,7 +97,7 @@ def render(answer: Answer, engine: Engine, fields: list[str] | None, index: int 
         "tokens_evaluated": answer.prompt_tokens,
         "generation_settings": {
             "n_ctx": engine.dlm.context,
-            "n_predict": answer.holes,
+            "n_predict": -1 if asked is None else asked,  # what the client asked for; the holes are in `dlmcode`
             "model": engine.name,
             "temperature": answer.settings.get("temperature", 0.0),
         },
@@ -139,12 +142,12 @@ def response_fields(data: Mapping[str, Any]) -> list[str] | None:
     return fields
 
 
-def shape(engine: Engine) -> Shape:
+def shape(engine: Engine, asked: int | None = None) -> Shape:
     """llama.cpp's stream: server-sent events `{content, stop: false}` as the fill settles, then
     the whole answer with `stop: true` and empty content."""
     return Shape(
         piece=lambda i, text: sse({"index": i, "content": text, "stop": False, "id_slot": 0}),
-        end=lambda i, answer: sse({**render(answer, engine, None, i), "content": ""}),
+        end=lambda i, answer: sse({**render(answer, engine, None, i, asked), "content": ""}),
         error=lambda message: sse({"error": {"code": 500, "message": message, "type": "server_error"}}),
     )
 

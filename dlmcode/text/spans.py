@@ -55,6 +55,10 @@ from ..core.vocab import Tokenizer, Vocab
 if TYPE_CHECKING:  # torch is imported where a canvas is built: the CLI checks --span before paying ~2 s for torch
     from ..core.canvas import Canvas
 
+# The most characters one token stands for, in any tokenizer dlmcode loads (the longest are runs of
+# spaces and repeated punctuation, well under 100); text longer than budget x this cannot fit a window
+# of `budget` tokens, so it is never tokenised. A generous bound, ours.
+MAX_TOKEN_CHARS = 1024
 DEFAULT_MARKER_LENGTH = 16  # tokens for a bare ⟦fill⟧: about one line of code; our choice
 MARKER_HELP = "write ⟦fill⟧ or ⟦fill:N⟧ with N tokens, N ≥ 1"
 
@@ -278,11 +282,15 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
 
     Whole lines go from the far ends, each side first getting half the budget and then what
     the other side leaves. Per-line counts guide the choice; the joined text is re-tokenised
-    to check it, because counts of separately tokenised lines do not add up exactly.
+    to check it, because counts of separately tokenised lines do not add up exactly. Lines
+    too far to fit even at MAX_TOKEN_CHARS a token are never tokenised: an 8 MiB file costs
+    the window's tokens, not the file's (2.4 GB and 47 s to tokenise `x = 1 + 1 + ...`).
     """
-    if len(tokenizer.encode(head)) + len(tokenizer.encode(tail)) <= budget:
-        return 0, len(tail)
-    before, after = _split_lines(head)[::-1], _split_lines(tail)  # nearest line first
+    most = budget * MAX_TOKEN_CHARS
+    before, after = _nearest(_split_lines(head)[::-1], most), _nearest(_split_lines(tail), most)  # nearest first
+    near_head, near_tail = "".join(before[::-1]), "".join(after)
+    if len(tokenizer.encode(near_head)) + len(tokenizer.encode(near_tail)) <= budget:
+        return len(head) - len(near_head), len(near_tail)
     cost_b = [len(tokenizer.encode(line)) for line in before]
     cost_a = [len(tokenizer.encode(line)) for line in after]
     nb = _fits(cost_b, budget // 2)
@@ -297,6 +305,17 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
             nb -= 1
         else:
             na -= 1
+
+
+def _nearest(lines: list[str], most: int) -> list[str]:
+    """The leading `lines` (nearest the holes first) whose characters add up to at most `most`: text
+    with more characters than that has more tokens than the budget, whatever the tokenizer."""
+    total = 0
+    for n, line in enumerate(lines):
+        total += len(line)
+        if total > most:
+            return lines[:n]
+    return lines
 
 
 def _split_lines(text: str) -> list[str]:

@@ -57,9 +57,24 @@ TREE_SITTER = "tree-sitter"
 POOL_OF_KIND = {ERROR: TREE_SITTER, MISSING: TREE_SITTER, UNCLOSED: TREE_SITTER, COMPILE: COMPILE}
 
 
-class TooDeep(DlmcodeError):
-    """Code nested deeper than a checker can follow (thousands of unary `-` or `not` in a row): the
-    checker cannot say whether it is valid, so nothing that needs its verdict can go on."""
+class Uncheckable(DlmcodeError):
+    """Code a checker cannot take: nested deeper than it can follow (thousands of unary `-` or `not`
+    in a row), or larger than MAX_CHECK. No verdict on it, so nothing that needs one can go on."""
+
+
+# The most bytes of code checked, our bound: CPython's largest .py file is under 1 MiB, and a fill
+# of any text up to it stays under 500 MB (a 2 MiB one-line list took 217 MB in tree-sitter and 376
+# MB in compile(), besides torch's 250; an 8 MiB `x = 1 + 1 + ...` took 660 and 890).
+MAX_CHECK = 1 << 20
+
+
+def checkable(text: str) -> None:
+    """Uncheckable when `text` is over MAX_CHECK bytes: a command asks before any model loads."""
+    size = len(text.encode("utf-8", ENCODE_ERRORS)) if len(text) * 4 > MAX_CHECK else len(text)
+    if size > MAX_CHECK:
+        raise Uncheckable(
+            f"the code is too large to check ({size / (1 << 20):.1f} MiB; dlmcode checks at most {MAX_CHECK >> 20} MiB)"
+        )
 
 
 # ---------------------------------------------------------------- the language table
@@ -227,6 +242,7 @@ def _coarse(problem: Problem, places: Sequence[int]) -> bool:
 
 @functools.lru_cache(maxsize=CHECK_CACHE_SIZE)
 def _check(text: str, name: str) -> Report:
+    checkable(text)
     data = text.encode("utf-8", ENCODE_ERRORS)
     found = tree_problems(parser(name).parse(data), data, name)
     return Report(name, in_order(found + extra_problems(text, data, name)))
@@ -479,7 +495,7 @@ def _python_compile(text: str, data: bytes) -> list[Problem]:
         except ValueError as e:  # null bytes (older CPythons), lone surrogates
             return [_compile_problem(text, data, str(e), None, None, None, None)]
         except (RecursionError, MemoryError):  # the compiler's own depth limits; its parser's says MemoryError
-            raise TooDeep("the code is too deeply nested to check (Python's compiler gives up)") from None
+            raise Uncheckable("the code is too deeply nested to check (Python's compiler gives up)") from None
     return []
 
 
