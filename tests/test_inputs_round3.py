@@ -261,3 +261,20 @@ def test_help_keeps_its_default_notes_and_writes_arguments_plainly():
     assert "<bool>" not in text and "{" not in text
     assert "hub id (downloaded once, then cached)" in flat
     assert " check [OPTIONS] FILE...\n" in run("check", "-h").stdout
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--timeout", "1e308"], "sandbox timeout must be at most 3600.0, got 1e+308"),
+        (["--cpu", "9223372036854775807"], "sandbox cpu must be at most 3600"),
+        (["--memory", "9223372036854775807"], "sandbox memory_mb must be at most 1048576"),
+    ],
+)
+def test_bench_sandbox_limits_are_bounded_before_the_model_loads(tmp_path, args, says):
+    """--timeout 1e308 overflowed the sandbox's timer (an OverflowError traceback after the decode)."""
+    suite = tmp_path / "one.jsonl"
+    task = {"task_id": "t/0", "prompt": "def f():\n", "suffix": "\n", "canonical_solution": "    return 1\n"}
+    suite.write_text(json.dumps(task | {"test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}) + "\n")
+    line = one_line_error(run("bench", "-s", suite, "-d", "threshold", "-m", tmp_path / "no-model", "-q", *args))
+    assert says in line

@@ -88,6 +88,14 @@ class Limits:
         for f in fields(self):
             if f.name != "isolated" and getattr(self, f.name) <= 0:
                 raise ValueError(f"sandbox {f.name} must be positive, got {getattr(self, f.name)}")
+            most = LIMITS_MOST.get(f.name)
+            if most is not None and getattr(self, f.name) > most:  # 1e308 s overflowed the timer to a traceback
+                raise ValueError(f"sandbox {f.name} must be at most {most}, got {getattr(self, f.name)}")
+
+
+# The most a test run may be given, our bounds: an hour of wall clock or CPU for one task's tests is
+# already no benchmark, and RLIMIT_AS in bytes must fit 64 bits (a TiB is far past any test).
+LIMITS_MOST = {"timeout": 3600.0, "cpu": 3600, "memory_mb": 1 << 20, "output_mb": 1 << 20, "scratch_mb": 1 << 20}
 
 
 @dataclass(frozen=True)
