@@ -45,9 +45,10 @@ ORACLE_NOTE = "oracle length: each hole has exactly the canonical middle's token
 ORACLE, UNKNOWN, EDITOR = "oracle", "unknown", "editor"  # --fill-length: how an infill hole's length is set
 FILL_LENGTHS = {
     ORACLE: ORACLE_NOTE,
-    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/sizing.py; its probe call counts)",
-    EDITOR: "editor's length: the length rule sizes each hole, then the fill is cut after its first non-blank line "
-    "(dlmcode serve's --lines 1)",
+    UNKNOWN: "unknown length: the length rule sizes each hole (dlmcode/jobs/sizing.py; its probe call counts), or a "
+    "model trained to expand and delete grows it from 4 holes (jobs/expanding.py)",
+    EDITOR: "editor's length: the length rule sizes each hole (or the model grows it), then the fill is cut after its "
+    "first non-blank line (dlmcode serve's --lines 1)",
 }
 EDITOR_CEILING = 128  # n_predict as llama.vim and llama.vscode send it (the rule's room is smaller for every family)
 SAMPLES_FILE = "samples.jsonl"
