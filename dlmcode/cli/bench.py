@@ -18,6 +18,7 @@ from .app import app
 from .flags import (
     MODEL,
     Decoders,
+    HoleLength,
     Lang,
     Quiet,
     Seed,
@@ -47,13 +48,6 @@ Temperature = Annotated[
     float | None,
     typer.Option(help="sampling temperature [default: the decoder's; 1.0 when --samples > 1]", callback=finite),
 ]
-Length = Annotated[
-    str | None,
-    typer.Option(
-        help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: "
-        "docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]"
-    ),
-]
 
 
 @app.command(cls=Command)
@@ -66,7 +60,7 @@ def compare(
     option: Option = None,
     sweep: Sweep = None,
     temperature: Temperature = None,
-    length: Length = None,
+    length: HoleLength = None,
     choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
     lang: Lang = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the results as one JSON object on stdout")] = False,
@@ -122,10 +116,6 @@ Suite = Annotated[
         ".jsonl(.gz) file or a folder",
     ),
 ]
-BenchOption = Annotated[
-    list[str] | None,
-    typer.Option("--option", "-o", help="decoder setting key=value, for the decoders that have it (repeatable)"),
-]
 BenchSweep = Annotated[
     list[str] | None,
     typer.Option(help="key=v1,v2,...: run each value; several --sweep run their cartesian product"),
@@ -174,7 +164,7 @@ FillLength = Annotated[
 def bench(
     suite: Suite,
     decoder: Decoders = None,
-    option: BenchOption = None,
+    option: Option = None,
     sweep: BenchSweep = None,
     limit: Annotated[int | None, typer.Option(help="only the first N tasks")] = None,
     seed: Seed = 0,

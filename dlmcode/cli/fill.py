@@ -17,6 +17,7 @@ from .flags import (
     DECODE,
     MODEL,
     Decode,
+    HoleLength,
     Json,
     Lang,
     Quiet,
@@ -31,13 +32,6 @@ Span = Annotated[
     str | None,
     typer.Option(
         help="lines A:B to rewrite, 1-based inclusive ('7' is one line); omit to fill the file's ⟦fill⟧ markers"
-    ),
-]
-Length = Annotated[
-    str | None,
-    typer.Option(
-        help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: "
-        "docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]"
     ),
 ]
 InPlace = Annotated[bool, typer.Option("--in-place", "-i", help="replace FILE atomically instead of printing")]
@@ -60,7 +54,7 @@ Force = Annotated[
 def infill(
     file: Source,
     span: Span = None,
-    length: Length = None,
+    length: HoleLength = None,
     choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
     decode: Decode = DECODE,  # --decoder, -o, --seed, --temperature, --cache, ... (flags.decode_flags)
     lang: Lang = None,

@@ -81,6 +81,13 @@ Family = Annotated[str | None, typer.Option(help="model family, when detection f
 TrustRemoteCode = Annotated[bool, typer.Option(help="allow a model's own Python code to run")]
 
 
+HoleLength = Annotated[
+    str | None,
+    typer.Option(
+        help="tokens for the span or every bare ⟦fill⟧, or auto (the length rule sizes them from one probe call: "
+        "docs/length.md) [default: the span's own token count; bare ⟦fill⟧ markers: the length rule]"
+    ),
+]
 Lang = Annotated[
     str | None, typer.Option(help="language for syntax checks [default: from the file extension; python for stdin]")
 ]
