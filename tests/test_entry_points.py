@@ -4,28 +4,35 @@ a usage error or a DlmcodeError is one line on stderr, `dlmcode: error: ...`, an
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
-MODULES = [
-    "dlmcode.training.train",
-    "dlmcode.training.train_assistant",
-    "dlmcode.training.evaluate",
-    "dlmcode.training.corpus.__main__",
-    "benchmarks.serve_load",
-    "benchmarks.serve_length",
-    "benchmarks.sandbox_cost",
-    "benchmarks.length_probe",
-    "benchmarks.threads",
-    "benchmarks.merge",
-    "benchmarks.gpu_check",
-]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def entry_modules() -> list[str]:
+    """Every `python -m` module of the package and of benchmarks/, found by its `__main__` guard
+    (or its name), so that a new one is held to the rule too; `python -m dlmcode` is the CLI's own."""
+    found = []
+    for path in sorted([*ROOT.joinpath("dlmcode").rglob("*.py"), *ROOT.joinpath("benchmarks").glob("*.py")]):
+        if path.name == "__main__.py" or 'if __name__ == "__main__"' in path.read_text(encoding="utf-8"):
+            found.append(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    return [m for m in found if m != "dlmcode.__main__"]
+
+
+MODULES = entry_modules()
 
 
 def exit_code(module: str, args: list[str]) -> int:
     with pytest.raises(SystemExit) as stopped:
         importlib.import_module(module).main(args)
     return stopped.value.code
+
+
+def test_every_entry_point_is_found():
+    assert {"dlmcode.training.corpus.__main__", "dlmcode.training.train", "benchmarks.serve_load"} <= set(MODULES)
+    assert len(MODULES) >= 11
 
 
 @pytest.mark.parametrize("module", MODULES)
