@@ -62,6 +62,22 @@ def test_rows_are_the_full_calls_rows_and_only_they_reach_the_head(family):
         torch.testing.assert_close(full, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_the_last_layer_runs_the_rows_it_is_asked_for_only(family):
+    """Every layer but the last runs every position (all are attended); the last one's queries,
+    attention and MLP run for the rows read (Dream: the hidden states before them) only."""
+    model = llada() if family == "llada" else dream_model()
+    if family == "llada":
+        first, last = (
+            HeadRows(b.ff_out) for b in (model.model.transformer.blocks[0], model.model.transformer.blocks[-1])
+        )
+    else:
+        first, last = (HeadRows(layer.mlp.down_proj) for layer in (model.model.layers[0], model.model.layers[-1]))
+    predict = native.predict_of(model, dream.SHIFT if family == "dream" else 0)
+    predict(tokens(), torch.tensor([0, 1, 9, 10, 17]))
+    assert first.seen == [24] and last.seen == ([5] if family == "llada" else [4])  # Dream: rows 0 and 1 share state 0
+
+
 def test_a_predict_that_does_not_take_rows_is_cut():
     seen = []
 

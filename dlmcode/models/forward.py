@@ -51,13 +51,22 @@ def head_rows(head: Callable[[Tensor], Tensor], hidden: Tensor, rows: Tensor | N
         return head(picked).float()  # (R, V)
 
 
-def make_predict(hidden: Hidden, head: Callable[[Tensor], Tensor], device: torch.device, shift: int = 0):
-    """A Predict that takes rows (core/canvas.Predict) over a model's hidden states and head."""
+def make_predict(
+    hidden: Hidden, head: Callable[[Tensor], Tensor], device: torch.device, shift: int = 0, narrow: bool = False
+):
+    """A Predict that takes rows (core/canvas.Predict) over a model's hidden states and head. `narrow`:
+    `hidden` takes `rows` too and runs its last layer for those positions only (the native models)."""
 
     def predict(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        ids = tokens.to(device, torch.long)[None]  # (1, L)
+        if rows is None or not narrow:
+            with torch.inference_mode():
+                states = hidden(ids)[0]  # (L, D)
+            return head_rows(head, states, rows, shift)
+        picked, where = torch.unique(source(rows.to(device, torch.long), shift), return_inverse=True)  # sorted
         with torch.inference_mode():
-            states = hidden(tokens.to(device, torch.long)[None])[0]  # (L, D)
-        return head_rows(head, states, rows, shift)
+            states = hidden(ids, rows=picked)[0]  # (P, D): the hidden states the rows are scored from
+        return head_rows(head, states, where)  # (R, V)
 
     return rowwise(predict)
 

@@ -188,7 +188,7 @@ def load_weights(
 def predict_of(model: nn.Module, shift: int = 0) -> Predict:
     """A predict that takes rows (core/canvas.Predict) over a native model's `hidden` and `head`;
     `shift` 1: the head scores position i from hidden state i - 1 (Dream)."""
-    return forward.make_predict(model.hidden, model.head, next(model.parameters()).device, shift)
+    return forward.make_predict(model.hidden, model.head, next(model.parameters()).device, shift, narrow=True)
 
 
 def wired(model: nn.Module, mask_id: int, pad_id: int, shift: int = 0) -> dict[str, Any]:

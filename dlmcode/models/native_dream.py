@@ -74,15 +74,24 @@ class DreamAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden, kv, bias=True)
         self.o_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
 
-    def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q (B, H, n, hd) and k, v (B, Hkv, n, hd) with RoPE applied."""
-        q = native.split_heads(self.q_proj(x), self.cfg.n_heads)
+    def project(self, x: Tensor, cos: Tensor, sin: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, n, hd) of `rows` (every position: None) and k, v (B, Hkv, n, hd) with RoPE applied."""
+        xq, cq, sq = (x, cos, sin) if rows is None else (x[:, rows], cos[rows], sin[rows])
+        q = native.split_heads(self.q_proj(xq), self.cfg.n_heads)
         k = native.split_heads(self.k_proj(x), self.cfg.n_kv_heads)
         v = native.split_heads(self.v_proj(x), self.cfg.n_kv_heads)
-        return native.rotate(q, cos, sin, False), native.rotate(k, cos, sin, False), v
+        return native.rotate(q, cq, sq, False), native.rotate(k, cos, sin, False), v
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
-        return self.o_proj(native.attend(*self.project(x, cos, sin), cache, mask))
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        cache: Any = None,
+        mask: Tensor | None = None,
+        rows: Tensor | None = None,
+    ) -> Tensor:
+        return self.o_proj(native.attend(*self.project(x, cos, sin, rows), cache, mask))
 
 
 class DreamMLP(nn.Module):
@@ -104,8 +113,17 @@ class DreamLayer(nn.Module):
         self.post_attention_layernorm = native.RMSNorm(cfg.hidden, cfg.eps)
         self.mlp = DreamMLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, mask)
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        cache: Any = None,
+        mask: Tensor | None = None,
+        rows: Tensor | None = None,
+    ) -> Tensor:
+        """x (B, n, D) -> (B, n, D); with `rows` the output of those positions only (B, R, D)."""
+        x = (x if rows is None else x[:, rows]) + self.self_attn(self.input_layernorm(x), cos, sin, cache, mask, rows)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -133,13 +151,17 @@ class DreamLM(nn.Module):
     def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
         return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
 
-    def hidden(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
-        """The final hidden states (B, n, D), after the norm: what the output head reads (still shifted)."""
+    def hidden(
+        self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        """The final hidden states (B, n, D), after the norm: what the output head reads (still shifted).
+        With `rows` (R,) only those positions' (B, R, D): the last layer runs their queries alone."""
         body = self.model
         cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x = body.embed_tokens(ids)  # (B, n, D)
         for i, layer in enumerate(body.layers):
-            x = layer(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask))
+            last = rows if i == len(body.layers) - 1 else None
+            x = layer(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask), last)
         return body.norm(x)
 
     def head(self, h: Tensor) -> Tensor:

@@ -102,17 +102,28 @@ class LladaBlock(nn.Module):
         self.up_proj = nn.Linear(d, cfg.mlp_hidden, bias=cfg.bias)
         self.ff_out = nn.Linear(cfg.mlp_hidden, d, bias=cfg.bias)
 
-    def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q (B, H, n, hd) and k, v (B, Hkv, n, hd) with RoPE applied."""
+    def project(self, x: Tensor, cos: Tensor, sin: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, n, hd) of `rows` (every position: None) and k, v (B, Hkv, n, hd) with RoPE applied."""
         cfg = self.cfg
-        q = native.split_heads(self.q_proj(x), cfg.n_heads)
+        xq, cq, sq = (x, cos, sin) if rows is None else (x[:, rows], cos[rows], sin[rows])
+        q = native.split_heads(self.q_proj(xq), cfg.n_heads)
         k = native.split_heads(self.k_proj(x), cfg.n_kv_heads)
         v = native.split_heads(self.v_proj(x), cfg.n_kv_heads)
-        return native.rotate(q, cos, sin, cfg.rope_fp32), native.rotate(k, cos, sin, cfg.rope_fp32), v
+        return native.rotate(q, cq, sq, cfg.rope_fp32), native.rotate(k, cos, sin, cfg.rope_fp32), v
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Any = None, mask: Tensor | None = None) -> Tensor:
-        q, k, v = self.project(self.attn_norm(x), cos, sin)
-        x = x + self.attn_out(native.attend(q, k, v, cache, mask))
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        cache: Any = None,
+        mask: Tensor | None = None,
+        rows: Tensor | None = None,
+    ) -> Tensor:
+        """x (B, n, D) -> (B, n, D); with `rows` the output of those positions only (B, R, D): every
+        position's keys and values, the queries, attention and MLP of `rows` alone."""
+        q, k, v = self.project(self.attn_norm(x), cos, sin, rows)
+        x = (x if rows is None else x[:, rows]) + self.attn_out(native.attend(q, k, v, cache, mask))
         return x + native.gated_mlp(self.ff_proj, self.up_proj, self.ff_out, self.ff_norm(x))
 
 
@@ -146,13 +157,17 @@ class LladaLM(nn.Module):
     def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
         return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
 
-    def hidden(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
-        """The final hidden states (B, n, D), after ln_f: what the output head reads."""
+    def hidden(
+        self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        """The final hidden states (B, n, D), after ln_f: what the output head reads. With `rows` (R,)
+        only those positions' (B, R, D): the last block runs their queries, attention and MLP alone."""
         t = self.model.transformer
         cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x = t.wte(ids)  # (B, n, D)
         for i, block in enumerate(t.blocks):
-            x = block(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask))
+            last = rows if i == len(t.blocks) - 1 else None
+            x = block(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask), last)
         return t.ln_f(x)
 
     def head(self, h: Tensor) -> Tensor:
