@@ -63,13 +63,14 @@ def test_refused_before_the_decode_in_each_protocols_shape(served, path, extra, 
 
 @pytest.mark.parametrize("path", list(BODIES))
 def test_code_too_deep_to_check_is_a_400_not_a_logged_500(served, path, caplog):
-    c, _ = served
+    c, script = served
     fields = {"input_prefix": DEEP + PREFIX} if path == "/infill" else {"prompt": DEEP + PREFIX}
     with caplog.at_level(logging.ERROR, logger="dlmcode.serve"):
         r = c.post(path, json=BODIES[path] | fields)
     assert r.status_code == 400, r.text
     assert message(path, r) == "the code is too deeply nested to check (Python's compiler gives up)"
     assert not caplog.records
+    assert script.calls == 0  # refused before the decode
 
 
 def test_a_stream_of_code_too_deep_ends_with_the_reason_and_logs_no_traceback(served, caplog):
@@ -142,7 +143,7 @@ def test_a_body_that_never_ends_is_answered_408(monkeypatch):
     assert '"message":"the body took more than 0.2 s to arrive"' in answer
 
 
-class Watched(body.InFlight if hasattr(body, "InFlight") else object):
+class Watched(body.InFlight):
     """IN_FLIGHT with an event each time the bytes held change, so the test waits on events, not time."""
 
     def __init__(self, cap: int) -> None:

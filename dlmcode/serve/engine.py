@@ -25,6 +25,7 @@ from ..jobs import fill as jobs
 from ..jobs import sizing
 from ..jobs.processors import Remember
 from ..models.base import Dlm
+from ..text import syntax
 from . import length, steps, trim
 from .request import BadRequest, Fill
 
@@ -125,6 +126,8 @@ class Engine:
             return self.empty(decoder)
         start = time.perf_counter()
         req, trimmed = trim.trim(req, self.dlm.context)  # before any tokenizing: a request's cost is bounded
+        if req.lang or self.lang:  # code no checker can take (syntax.Uncheckable) is a 400 now, not after the decode
+            syntax.check(req.prefix + req.suffix, req.lang or self.lang)  # cached: the syntax rule's `before`
         n = length.holes(req.ceiling, self.dlm)
         ends = sizing.end_ids(self.dlm)
         try:
