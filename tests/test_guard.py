@@ -158,6 +158,20 @@ def test_nothing_passes_commits_the_witness_token():
     assert session.stats.fallback == 1
 
 
+def test_a_hopeless_proposal_does_not_spend_the_checks_an_easy_one_needs():
+    # the most confident proposal (OPEN at 1) has no witness; the next (another neutral token at 2) needs one check
+    mask, other = 9, 4
+    canvas = torch.tensor([OPEN, mask, mask, mask])
+    g = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, CLOSE]), mask, candidates=1, checks_per_call=2)
+    session = g.begin(canvas)
+    logits = torch.full((4, 10), -5.0)
+    logits[:, OPEN] = 3.0  # the draft is OPEN everywhere: no help
+    pos, ids, _ = session.admit(
+        canvas, logits, torch.tensor([1, 2]), torch.tensor([OPEN, other]), torch.tensor([0.9, 0.5])
+    )
+    assert pos.tolist() == [2] and ids.tolist() == [other] and session.stats.fallback == 0
+
+
 def test_when_nothing_passes_the_fallback_prefers_the_model_s_own_token_to_a_filler_s():
     # the witness holds NEUTRAL (a filler's) at 1 and CLOSE at 2; the model's top token at 2 is CLOSE, at 1 OPEN
     mask = 9

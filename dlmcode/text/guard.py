@@ -56,6 +56,7 @@ Around = Callable[
 ]  # (canvas, start, stop) -> text before and after positions [start, stop)
 Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
+EASY = 2  # of them, what each proposal gets before any gets more: the witness, the draft (ours)
 SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
 FIRST = 128  # judge calls for the first witness from fillers, before decoding (ours: a hostile file costs at most this)
 ADOPT, RETRY = (
@@ -172,10 +173,16 @@ class Session:
     def one_by_one(
         self, tokens: Tensor, logits: Tensor, draft: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Each proposal in turn, on top of those admitted before it; a rejected one tries the next candidates."""
+        """Each proposal in turn, on top of those admitted before it: first every one with the cheap trials alone
+        (the witness or the draft with it), so that one hard proposal cannot spend the call's checks that many
+        easy ones need; then the rest with the whole search, where a rejected one tries the next candidates."""
         kept: list[tuple[int, int, float]] = []
         current = tokens.clone()
+        hard = []
         for p, t, s in zip(pos.tolist(), ids.tolist(), scores.tolist(), strict=True):
+            if self.admitted(current, draft, p, t, s, kept, EASY) is None:
+                hard.append((p, t, s))
+        for p, t, s in hard:
             if self.spent >= self.guard.checks_per_call:
                 break  # the rest wait for a later call
             rank = self.first_passing(current, logits, draft, p, t, s, kept)
@@ -220,15 +227,30 @@ class Session:
         """Admit the first candidate at `p` that has a witness (appended to `kept`, `current` updated); its rank, or
         None."""
         for rank, (token, prob) in enumerate(self.options(logits, p, t, s)):
-            trial = current.clone()
-            trial[p] = token
-            found = self.complete(trial, draft, torch.tensor([p]))
-            if found is not None:
-                self.witness = found
-                current[p] = token
-                kept.append((p, token, prob))
+            if self.admitted(current, draft, p, token, prob, kept) is not None:
                 return rank
         return None
+
+    def admitted(
+        self,
+        current: Tensor,
+        draft: Tensor,
+        p: int,
+        token: int,
+        prob: float,
+        kept: list[tuple[int, int, float]],
+        trials: int = 0,
+    ) -> Tensor | None:
+        """The witness for `token` at `p` on top of `current` (then admitted: `kept`, `current`, the witness
+        updated), trying at most `trials` candidates (0: all the search has); None when none passes."""
+        trial = current.clone()
+        trial[p] = token
+        found = self.complete(trial, draft, torch.tensor([p]), trials or TRIALS)
+        if found is not None:
+            self.witness = found
+            current[p] = token
+            kept.append((p, token, prob))
+        return found
 
     def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
         """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""
@@ -257,19 +279,20 @@ class Session:
             out[holes] = rows.argmax(-1).cpu()
         return out
 
-    def complete(self, fixed: Tensor, draft: Tensor, changed: Tensor) -> Tensor | None:
-        """A witness that agrees with every token of `fixed` (holes are free), or None if the search finds none."""
+    def complete(self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0) -> Tensor | None:
+        """A witness that agrees with every token of `fixed` (holes are free), or None if the search finds none
+        among its first `trials` candidates (0: TRIALS)."""
         free = fixed == self.guard.mask_id  # (L,)
         base = torch.where(free, self.witness, fixed)
         if torch.equal(base, self.witness):
             return self.witness  # the proposal is the witness's own choice: nothing to check
         mixed = torch.where(free, draft, fixed)
-        trials = itertools.chain(
+        candidates = itertools.chain(
             [base, mixed], self.repairs(base, draft, free, changed)
         )  # repairs built only if needed
-        for trial in itertools.islice(unique(trials), TRIALS):
-            if self.passes(trial):
-                return trial
+        for candidate in itertools.islice(unique(candidates), trials or TRIALS):
+            if self.passes(candidate):
+                return candidate
         return None
 
     def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0) -> Tensor | None:
