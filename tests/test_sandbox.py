@@ -746,9 +746,12 @@ def test_without_a_cgroup_a_jailed_run_starts_no_process_or_thread(monkeypatch):
 
 @pytest.mark.skipif(cgroup.place() is None, reason="no cgroup with a memory controller here")
 def test_a_run_past_its_memory_as_a_whole_says_memory():
-    program = (
-        "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        block = b'x' * (200 << 20)\n"
-        "        time.sleep(2)\n        os._exit(0)\ntime.sleep(3)\ndef f(x):\n    return x\n"
+    program = (  # 3 children of 200 MB, each holding until all have allocated (or were killed): 600 MB at once
+        "import os\nrelease_r, release_w = os.pipe()\npipes = []\nfor _ in range(3):\n    r, w = os.pipe()\n"
+        "    if os.fork() == 0:\n        os.close(release_w)\n        block = b'x' * (200 << 20)\n"
+        "        os.write(w, b'1')\n        os.read(release_r, 1)\n        os._exit(0)\n    os.close(w)\n"
+        "    pipes.append(r)\nfor r in pipes:\n    os.read(r, 1)\nos.close(release_w)\n"
+        "for _ in pipes:\n    os.wait()\ndef f(x):\n    return x\n"
     )
     outcome = judged(
         program, "def check(c):\n    assert c(1) == 2\n", limits=sandbox.Limits(timeout=30, cpu=5, memory_mb=384)
