@@ -219,8 +219,11 @@ def test_other_decoders_through_the_server(decoder):
     assert got["content"] == SCRIPT and got["dlmcode"]["decoder"] == decoder
 
 
+BROKEN = "return (a + b"  # unclosed: it breaks the file
+
+
 def test_the_guard_is_a_server_setting_like_any_decoder_setting():
-    c, _ = client(script=SCRIPT)  # unindented after `def add(a, b):` the script would break the file
+    c, _ = client(script=BROKEN)
     plain = c.post(
         "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold"}
     ).json()
@@ -234,9 +237,9 @@ def test_the_guard_is_a_server_setting_like_any_decoder_setting():
             "options": {"guard": True},
         },
     ).json()
-    assert plain["content"] == SCRIPT and guarded["dlmcode"]["settings"]["guard"] is True
-    text = PREFIX.rstrip(" ") + "    " + guarded["content"] + SUFFIX
-    assert guarded["content"] != SCRIPT and compile(text, "<fill>", "exec")
+    assert plain["content"] == BROKEN and plain["dlmcode"]["breakage"]["broken"] is True
+    assert guarded["dlmcode"]["settings"]["guard"] is True and guarded["dlmcode"]["breakage"]["broken"] is False
+    assert guarded["content"] != BROKEN and compile(PREFIX + guarded["content"] + SUFFIX, "<fill>", "exec")
 
 
 @pytest.mark.parametrize(
@@ -458,14 +461,14 @@ def test_api_key_is_required_in_every_protocol(path, body, message):
 def test_the_guard_is_a_server_wide_setting_too(batch):
     # `dlmcode serve -d threshold -o guard=true`: the options as the CLI parses them, over the recorded llama.vim body
 
-    dlm, _ = tiny_dlm(PREFIX, SCRIPT)  # unindented after `def add(a, b):` the script would break the file
+    dlm, _ = tiny_dlm(PREFIX, BROKEN)
     options = settings.parse_options(["guard=true"])
     c = TestClient(make_app(Engine(dlm, "threshold", options, lang="python", batch=batch)))
     got = c.post("/infill", json={**llama_vim_body(PREFIX, "", SUFFIX), "n_predict": 20, "t_max_predict_ms": 0}).json()
     r = c.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}).json()
-    assert r["dlmcode"]["settings"]["guard"] is True and got["content"] == r["content"] != SCRIPT
-    assert compile(PREFIX.rstrip(" ") + "    " + r["content"] + SUFFIX, "<fill>", "exec")
+    assert r["dlmcode"]["settings"]["guard"] is True and got["content"] == r["content"] != BROKEN
+    assert compile(PREFIX + r["content"] + SUFFIX, "<fill>", "exec")
     off = c.post(
         "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "options": {"guard": False}}
     ).json()
-    assert off["content"] == SCRIPT  # per request, as any setting
+    assert off["content"] == BROKEN  # per request, as any setting

@@ -37,6 +37,21 @@ Follow = Callable[[Iterator[Step]], Step | None]
 
 
 @dataclass(frozen=True)
+class Client:
+    """How a face's client takes a one-hole plan's fill (the server's editors): what the guard judges and
+    breakage measures, so that both see the text the client splices, not the canvas.
+
+    The canvas starts with `context` characters that are for the model only (input_extra: other files),
+    and its prefix is healed (dlmcode/serve/length.py); the client puts `splices(ids)` (the hole's ids
+    after the server's cuts) between the file's own `prefix` and `suffix`."""
+
+    context: int  # leading characters of the plan's text that are not the file (input_extra)
+    prefix: str  # the file before the hole, as the client has it
+    suffix: str  # the file after the hole
+    splices: Callable[[list[int]], str]  # the hole's token ids -> the text the client splices
+
+
+@dataclass(frozen=True)
 class Result:
     """What a decode produced, with its cost and the syntax it broke."""
 
@@ -110,6 +125,8 @@ class Job:
     growth: expanding.Growth | None = None  # holes that expand and delete as the model decides (then `plan` follows)
     block_predict: BlockPredict | None = None  # a block family's last decode's predict (its forwards, for FLOPs)
     cut: spans.Plan | None = None  # the asked length's plan when the canvas was made longer to end on a block
+    client: Client | None = None  # a face's client that splices the fill itself (serve); None: the plan's splice
+    rest: str | None = None  # guarded, a face's early end (ending): "model" (its top tokens passed) or "witness"
 
     def __post_init__(self) -> None:
         self.unguarded = self.decoder  # a growing job builds the guard anew for each plan
@@ -121,7 +138,7 @@ class Job:
                 self.plan,
                 self.dlm.tokenizer,
                 self.lang,
-                self.before,
+                spans.reference(self.plan, self.originals)[0] if not self.finish else "",  # the plan's own text
                 self.dlm.special_ids,
                 self.trim_at,
                 decoders.name_of(self.decoder),
@@ -191,12 +208,20 @@ class Job:
 
     def judge(self, tokens: torch.Tensor) -> int:
         """New syntax errors of the canvas `tokens` (no holes) once spliced: the breakage rule, judged on the
-        smallest window of the file that decides it (text/judge.py)."""
+        smallest window of the file that decides it (text/judge.py); a client's file with its splice (Client)."""
         return self.judged(tokens)
 
     @functools.cached_property
     def judged(self) -> judge.Judge:
-        return judge.Judge(self.plan, self.dlm.tokenizer, self.lang, self.reference, self.dlm.special_ids, self.trim_at)
+        if self.client is None:
+            tokenizer, drop = self.dlm.tokenizer, self.dlm.special_ids
+            return judge.Judge(self.plan, tokenizer, self.lang, self.reference, drop, self.trim_at)
+        prefix, run = self.client.prefix, self.plan.positions[0]
+        text = prefix + self.client.suffix
+        plan = spans.Plan(
+            text, self.plan.canvas, (spans.Hole(len(prefix), len(prefix), len(run)),), (run,), (0, len(text))
+        )
+        return judge.Judge(plan, self.dlm.tokenizer, self.lang, self.reference, decode=self.client.splices)
 
     def blank(self) -> int | None:
         """A token a witness may put in a hole to leave it empty: a pad the plan lets the model commit (last),
@@ -215,12 +240,65 @@ class Job:
             spans.decode_fill(part, self.dlm.tokenizer, self.dlm.special_ids, self.trim_at)
             for part in (ids[run.start : start], ids[stop : run.stop])
         )
-        return self.plan.text[: hole.start_char] + head, tail + self.plan.text[hole.end_char :]
+        return self.plan.text[self.file_start : hole.start_char] + head, tail + self.plan.text[hole.end_char :]
 
     def around(self) -> list[tuple[str, str]]:
-        """Each hole's text before and after it in the user's code."""
+        """Each hole's text before and after it in the user's code (as the canvas has it: a client's context left
+        out, its prefix healed, since fillers are tokens on the canvas)."""
         text = self.plan.text
-        return [(text[: h.start_char], text[h.end_char :]) for h in self.plan.holes]
+        return [(text[self.file_start : h.start_char], text[h.end_char :]) for h in self.plan.holes]
+
+    @property
+    def file_start(self) -> int:
+        """Where the user's file starts in the plan's text: after a client's context (input_extra)."""
+        return self.client.context if self.client is not None else 0
+
+    def spliced(self, canvas: Any) -> spans.Filled:
+        """The text a finished canvas stands for: the plan's splice, or what a face's client splices."""
+        if self.client is None:
+            return spans.splice(
+                self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
+            )
+        run = self.plan.positions[0]
+        ids = canvas.tokens[run.start : run.stop].tolist()
+        fill, start = self.client.splices(ids), len(self.client.prefix)
+        text, end = self.client.prefix + fill + self.client.suffix, start + len(fill)
+        return spans.Filled(text, ids, [fill], [spans.line_range(text, start, end)], [(start, end)])
+
+    @property
+    def session(self) -> Any:
+        """The guard's session of the decode under way (its witness), or None when unguarded."""
+        completer = getattr(self.decoder, "completer", None)
+        return getattr(completer, "session", None) if getattr(self.decoder, "guard", False) else None
+
+    def ending(self, tokens: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
+        """(h,) the ids to commit at every hole left of canvas `tokens` when a face ends the decode early (the
+        server's time limit, the fill's end): `proposed` when the guard passes them, else the witness's own
+        (which agrees with every commit so far), so an early end is guarded too. Unguarded, or before any
+        witness was found, `proposed` as they are."""
+        session = self.session
+        if session is None or session.witness is None:
+            return proposed
+        holes = tokens == self.plan.canvas.mask_id  # (L,)
+        trial = tokens.clone()
+        trial[holes] = proposed.to(tokens.device)
+        if session.passes(trial.cpu()):
+            self.rest = "model"
+            return proposed
+        self.rest = "witness"
+        return session.witness[holes.cpu()].to(proposed.device)
+
+    def guard_report(self) -> dict[str, Any] | None:
+        """What the guard did, for a face that reports it per answer (serve): None when the decode was not asked
+        to be guarded; `gave_up` (and `why`) when it could not hold, so the decode ran unguarded."""
+        if not getattr(self.decoder, "guard", False):
+            return None
+        completer = getattr(self.decoder, "completer", None)
+        stats = getattr(completer, "last", None)
+        counts = {k.removeprefix("guard_"): v for k, v in (stats.to_dict() if stats is not None else {}).items()}
+        gave_up = completer is None or bool(stats is not None and stats.gave_up)
+        why = (self.unguardable() or GAVE_UP) if gave_up else None
+        return counts | {"gave_up": gave_up, "why": why, "rest": self.rest}
 
     def steps(self) -> Iterator[Step]:
         """The decoder's Steps; their `calls` include the length rule's probe, so every face counts it.
@@ -255,11 +333,12 @@ class Job:
         final = follow(counting(self.steps(), taken, committed))
         seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0) + self.first_search()
         canvas = final.canvas if final else self.plan.canvas
-        plan = self.plan
         if self.cut is not None:  # the tokens past the asked length finished the last block; they are dropped
             plan = self.cut
             canvas = dataclasses.replace(canvas, tokens=canvas.tokens[: len(plan.canvas.tokens)], span=None, blocks=())
-        filled = spans.splice(plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+            filled = spans.splice(plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at)
+        else:
+            filled = self.spliced(canvas)
         text = self.finish(filled) if self.finish else filled.text
         return Result(
             text=text,
@@ -311,7 +390,10 @@ class Job:
 
     @functools.cached_property
     def reference(self) -> tuple[str, list[tuple[int, int]]]:
-        """The user's code and each hole's [start, end) chars in it (spans.reference), once per job."""
+        """The user's code and each hole's [start, end) chars in it (spans.reference; a client's file), once per job."""
+        if self.client is not None:
+            at = len(self.client.prefix)
+            return self.client.prefix + self.client.suffix, [(at, at)]
         return spans.reference(self.plan, self.originals)
 
     def breakage(self, filled: spans.Filled, text: str) -> syntax.Breakage | None:
@@ -611,6 +693,7 @@ def prepare_middle(
     cache: str = "none",
     cache_refresh: int = 0,
     unknown: bool = False,
+    client: Client | None = None,
 ) -> Job:
     """A Job that fills `length` holes at an editor's cursor, between `prefix` and `suffix` (the server's job).
 
@@ -618,7 +701,8 @@ def prepare_middle(
     length from one call over min(length, its room) holes, with `end_ids` (default: the
     family's) as the ends, and the holes then hold code only. Otherwise `end_ids` (pad,
     end-of-text) may end the fill early: they are committed last, and the caller cuts the
-    fill at the first (Result.ids); without them the holes hold code only.
+    fill at the first (Result.ids); without them the holes hold code only. `client`: the guard judges, and
+    breakage measures, the text the server's client splices (Client).
     """
     run = RunSettings(
         decoder=decoder,
@@ -636,13 +720,14 @@ def prepare_middle(
     if unknown and growing(raw):  # the model decides the length inside the decode, up to the ceiling
         growth = grows(model, [0], length)
         plan = plan_for(min(expanding.START, length))
-        return Job(plan, model, built, seed, lang, processors=growth_bans(model), growth=growth)
+        return Job(plan, model, built, seed, lang, processors=growth_bans(model), growth=growth, client=client)
     if unknown:
         sized = probed(raw, plan_for(min(length, sizing.rule_for(raw.family).room)), [0], end_ids or None)
-        return Job(plan_for(sized.lengths[0]), model, built, seed, lang, processors=exact_length(model), sized=sized)
+        plan = plan_for(sized.lengths[0])
+        return Job(plan, model, built, seed, lang, processors=exact_length(model), sized=sized, client=client)
     plan = plan_for(length)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=end_ids))
-    return Job(plan, model, built, seed, lang, processors=() if end_ids else exact_length(model))
+    return Job(plan, model, built, seed, lang, processors=() if end_ids else exact_length(model), client=client)
 
 
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)

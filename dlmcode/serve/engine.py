@@ -43,8 +43,9 @@ class Answer:
     seconds: float
     decoder: str
     settings: Mapping[str, Any]
-    breakage: dict[str, Any] | None
+    breakage: dict[str, Any] | None  # of the text the client gets, against the file around it
     truncated: bool  # the context did not fit the model and was windowed
+    guard: dict[str, Any] | None = None  # what the guard did (jobs/fill.Job.guard_report); None: not asked
 
     @property
     def tpf(self) -> float:
@@ -63,6 +64,7 @@ class Answer:
             "tpf": round(self.tpf, 4),
             "holes": self.holes,
             "breakage": self.breakage,
+            "guard": self.guard,
             "stop_reason": self.stop,
             "timed_out": self.timed_out,
         }
@@ -125,11 +127,13 @@ class Engine:
         if self.warmup(req):
             return self.empty(decoder)
         start = time.perf_counter()
-        req, trimmed = trim.trim(req, self.dlm.context)  # before any tokenizing: a request's cost is bounded
+        req, trimmed = trim.trim(req, self.dlm.context, req.lang or self.lang)  # before any tokenizing: bounded cost
         if req.lang or self.lang:  # code no checker can take (syntax.Uncheckable) is a 400 now, not after the decode
             syntax.check(req.prefix + req.suffix, req.lang or self.lang)  # cached: the syntax rule's `before`
         n = length.holes(req.ceiling, self.dlm)
         ends = sizing.end_ids(self.dlm)
+        splice = self.splice(req)
+        client = jobs.Client(len(req.extra), req.prefix, req.suffix, splice.text)  # the guard judges what it gets
         try:
             job = jobs.prepare_middle(
                 req.extra + length.heal(req.prefix)[0],
@@ -143,20 +147,36 @@ class Engine:
                 cache=self.cache,
                 cache_refresh=self.cache_refresh,
                 unknown=True,
-            )  # lang: syntax-guard's oracle; n: a ceiling (dlmcode/jobs/sizing.py)
+                client=client,
+            )  # lang: the guard's and syntax-guard's; n: a ceiling (dlmcode/jobs/sizing.py)
         except DlmcodeError as err:  # the text holds the model's mask token, the holes do not fit the context
             raise BadRequest(str(err)) from None
         remember = Remember(mask_id=self.dlm.mask_id)  # it reads every hole: each call computes their rows
         job.processors += (remember,)  # last: it keeps the logits the decoder sees
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
-        bounds = steps.Bounds(job.plan.positions[0], ends, complete, deadline, cancel or threading.Event())
+        bounds = steps.Bounds(
+            job.plan.positions[0], ends, complete, deadline, cancel or threading.Event(), settle=job.ending
+        )  # an early end commits what the guard passes
         sent: list[str] = []  # what `emit` was given
         stream = steps.bounded(following(job, bounds), remember, bounds)
         if emit is not None and not reopens(job.decoder, len(job.plan.positions[0])):
             stream = self.streaming(stream, req, job, sent, emit)
         final = last(stream)
-        return self.finish(req, job, final, bounds, start, trimmed, "".join(sent))
+        return self.finish(req, job, final, bounds, start, trimmed, splice, "".join(sent))
+
+    def splice(self, req: Fill) -> length.Splice:
+        """The length rule's cuts for this request (rules 0, 2-4): the fill's ids -> the text the client gets."""
+        return length.Splice(
+            self.dlm.tokenizer,
+            self.dlm.special_ids,
+            sizing.end_ids(self.dlm),
+            length.heal(req.prefix)[1],
+            self.lines_of(req),
+            length.whole_lines(req.prefix, req.suffix),
+            req.stop,
+            req.min_indent,
+        )
 
     def streaming(
         self, stream: Iterator[Step], req: Fill, job: jobs.Job, sent: list[str], emit: Emit
@@ -195,19 +215,22 @@ class Engine:
         return cut[: max(0, len(whole) - longest + 1)]
 
     def finish(
-        self, req: Fill, job: jobs.Job, final: Any, bounds: steps.Bounds, start: float, trimmed: bool, sent: str = ""
+        self,
+        req: Fill,
+        job: jobs.Job,
+        final: Any,
+        bounds: steps.Bounds,
+        start: float,
+        trimmed: bool,
+        splice: length.Splice,
+        sent: str = "",
     ) -> Answer:
         region = job.plan.positions[0]
         canvas = final.canvas if final else job.plan.canvas
-        ids, ended = length.cut_at_end(canvas.tokens[region.start : region.stop].tolist(), bounds.end_ids)
-        kept_ids = [i for i in ids if i not in self.dlm.special_ids]
-        middle = length.unheal(self.dlm.tokenizer.decode(kept_ids) if kept_ids else "", length.heal(req.prefix)[1])
-        middle, by_lines = length.cut_lines(middle, self.lines_of(req), length.whole_lines(req.prefix, req.suffix))
-        middle, stopped = length.cut_at_stop(middle, req.stop)
-        middle, dedented = length.cut_at_indent(middle, req.min_indent)
-        stopped = stopped or dedented
+        cut = splice(canvas.tokens[region.start : region.stop].tolist())
+        ids, ended, by_lines, stopped = cut.ids, cut.ended, cut.by_lines, cut.stopped
         least = sent.count("\n") + 1 if sent else 1  # lines a stream has sent: the syntax rule keeps them
-        kept = length.keep_syntax(req.prefix, middle, req.suffix, req.lang or self.lang, least)
+        kept = length.keep_syntax(req.prefix, cut.text, req.suffix, req.lang or self.lang, least)
         ended = ended or (
             (job.sized is not None or job.growth is not None) and len(region) < length.holes(req.ceiling, self.dlm)
         )  # the length rule, or the model's own deletes, ended it
@@ -227,6 +250,7 @@ class Engine:
             decoders.settings_of(job.decoder),
             kept.breakage.to_dict() if kept.breakage else None,
             truncated,
+            job.guard_report(),
         )
 
     def lines_of(self, req: Fill) -> int:

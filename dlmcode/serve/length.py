@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..jobs import sizing as rule
 from ..models.base import Dlm
@@ -126,6 +127,46 @@ def cut_at_indent(text: str, indent: int) -> tuple[str, bool]:
         if line.strip() and len(line) - len(line.lstrip(" \t")) < indent:
             return "\n".join(lines[:i]), True
     return text, False
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A fill after rules 0 and 2-4: the text the client splices, and which rule ended it."""
+
+    text: str
+    ids: list[int]  # the fill's ids before its first end token
+    ended: bool  # an end token ended it (rule 2)
+    by_lines: bool  # the line rule cut it (rule 3)
+    stopped: bool  # a stop string or n_indent cut it (rule 4)
+
+
+@dataclass(frozen=True)
+class Splice:
+    """Rules 0 and 2-4 for one request, on a fill's token ids: what the client will splice.
+
+    One function for the answer and for the guard's judge (jobs/fill.Client), so that the text the
+    guard passes is the text the client gets: healed whitespace, line, stop and indent cuts included."""
+
+    tokenizer: Any
+    special_ids: frozenset[int]
+    ends: tuple[int, ...]  # end tokens (rule 2)
+    space: str  # the prefix's trailing whitespace, left off the canvas (rule 0)
+    lines: int  # rule 3's limit; 0: none
+    keep_break: bool  # rule 3 keeps the last line break (whole_lines)
+    stop: tuple[str, ...] = ()
+    indent: int = 0  # llama.cpp n_indent
+
+    def __call__(self, ids: Sequence[int]) -> Cut:
+        ids, ended = cut_at_end(ids, self.ends)
+        kept = [i for i in ids if i not in self.special_ids]
+        middle = unheal(self.tokenizer.decode(kept) if kept else "", self.space)
+        middle, by_lines = cut_lines(middle, self.lines, self.keep_break)
+        middle, stopped = cut_at_stop(middle, self.stop)
+        middle, dedented = cut_at_indent(middle, self.indent)
+        return Cut(middle, ids, ended, by_lines, stopped or dedented)
+
+    def text(self, ids: Sequence[int]) -> str:
+        return self(ids).text
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@
   pad), or the run of committed tokens at the fill's start is already complete (the
   server's line rule: what follows would be cut); (b) the time budget
   (`t_max_predict_ms`) has run out: the holes left get the last call's argmax; (c) the client
-  has gone (`ClientGone`).
+  has gone (`ClientGone`). A guarded decode's early end goes through the guard (`Bounds.settle`):
+  the ids committed at once are those proposed if the guard's judge passes them, else the
+  witness's, so no end, by time or otherwise, leaves the guard behind.
 Decoders never know: they see `predict` and are simply not asked for more steps.
 """
 
@@ -48,6 +50,8 @@ class Bounds:
     deadline: float | None = None  # time.perf_counter() value
     cancel: threading.Event = field(default_factory=threading.Event)
     reason: str = FULL
+    # (canvas tokens, ids proposed at its holes) -> the ids to commit there: the guard's (jobs/fill.Job.ending)
+    settle: Callable[[Tensor, Tensor], Tensor] | None = None
 
 
 def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterator[Step]:
@@ -61,16 +65,16 @@ def bounded(steps: Iterator[Step], remember: Remember, bounds: Bounds) -> Iterat
         end = ended(step.canvas, bounds.region, bounds.end_ids, bounds.complete)
         if end is not None:
             bounds.reason = ENDED
-            yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long))
+            yield commit_rest(step, torch.full((step.canvas.n_holes,), end, dtype=torch.long), bounds.settle)
             return
         fresh = fits(remember, step.canvas)  # a grown fill: the next call's logits, not these
         if fresh and only_ends(remember, step.canvas, bounds.end_ids):
             bounds.reason = ENDED
-            yield commit_rest(step, best(remember, step.canvas))
+            yield commit_rest(step, best(remember, step.canvas), bounds.settle)
             return
         if bounds.deadline is not None and time.perf_counter() > bounds.deadline and fresh:
             bounds.reason = TIME
-            yield commit_rest(step, best(remember, step.canvas))
+            yield commit_rest(step, best(remember, step.canvas), bounds.settle)
             return
 
 
@@ -112,8 +116,10 @@ def best(remember: Remember, canvas: Canvas) -> Tensor:
     return sampling.without(rows, canvas.mask_id).argmax(-1).cpu()  # (h,)
 
 
-def commit_rest(step: Step, ids: Tensor) -> Step:
-    """One more Step (no model call) committing `ids` at every hole left."""
+def commit_rest(step: Step, ids: Tensor, settle: Callable[[Tensor, Tensor], Tensor] | None = None) -> Step:
+    """One more Step (no model call) committing `ids` at every hole left, or what `settle` makes of them."""
+    if settle is not None:
+        ids = settle(step.canvas.tokens, ids)
     pos = step.canvas.holes.nonzero().squeeze(-1)  # (h,)
     canvas = step.canvas.fill(pos, ids.to(step.canvas.tokens.device))
     return Step(step.index + 1, canvas, pos, torch.zeros(len(pos)), step.calls, {"committed_at_once": float(len(pos))})

@@ -109,6 +109,7 @@ class Guard:
     checks_per_call: int = CHECKS_PER_CALL
     first: Stats | None = None  # what the first witness search cost (the job's): the next decode counts it
     last: Stats | None = field(default=None, repr=False)  # the last decode's stats
+    session: Session | None = field(default=None, repr=False)  # the last decode's session (a face ending it early)
 
     def begin(self, canvas: Tensor) -> Session:
         """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness."""
@@ -119,7 +120,8 @@ class Guard:
         self.last, paid = Stats(), self.first or Stats()
         self.last.checks, self.last.seconds, self.last.first = paid.checks, paid.seconds, paid.seconds
         self.first = None  # one search, counted once
-        return Session(self, None if self.witness is None else self.witness.clone(), self.last)
+        self.session = Session(self, None if self.witness is None else self.witness.clone(), self.last)
+        return self.session
 
 
 class Session:

@@ -29,7 +29,7 @@ import bisect
 import itertools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,9 +79,11 @@ class Judge:
         drop_ids: frozenset[int] = frozenset(),
         trim_at: int | None = None,
         windowed: bool = True,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.plan, self.tokenizer, self.name = plan, tokenizer, syntax.language_for(lang=lang)
         self.reference, self.drop_ids, self.trim_at = reference, drop_ids, trim_at
+        self.decode = decode  # a hole's ids -> its text (None: the plan's splice; serve: what its client splices)
         self.windowed = windowed  # False: always the whole file (the property tests' yardstick)
         self._small: Window | None | bool = False  # False: not looked for yet; None: none holds
         self._whole: Window | None = None
@@ -91,7 +93,9 @@ class Judge:
         start = time.perf_counter()
         ids = tokens.tolist()
         fills = [
-            spans.decode_fill(ids[r.start : r.stop], self.tokenizer, self.drop_ids, self.trim_at)
+            self.decode(ids[r.start : r.stop])
+            if self.decode is not None
+            else spans.decode_fill(ids[r.start : r.stop], self.tokenizer, self.drop_ids, self.trim_at)
             for r in self.plan.positions
         ]
         found = self.errors(fills)
