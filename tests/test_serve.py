@@ -225,7 +225,14 @@ BROKEN = "return (a + b"  # unclosed: it breaks the file
 def test_the_guard_is_a_server_setting_like_any_decoder_setting():
     c, _ = client(script=BROKEN)
     plain = c.post(
-        "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "decoder": "threshold"}
+        "/infill",
+        json={
+            "input_prefix": PREFIX,
+            "input_suffix": SUFFIX,
+            "n_predict": 20,
+            "decoder": "threshold",
+            "options": {"guard": False},
+        },
     ).json()
     guarded = c.post(
         "/infill",
@@ -334,9 +341,8 @@ def test_a_hole_of_whole_lines_keeps_the_line_break_of_its_last_line():
 
 def test_syntax_rule_cuts_back_to_the_lines_that_break_nothing():
     c, _ = client(script="return 1\n    x = (", prefix="def f():\n    ")
-    got = c.post(
-        "/infill", json={"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40, "lines": 0}
-    ).json()
+    body = {"input_prefix": "def f():\n    ", "input_suffix": "\n", "n_predict": 40, "lines": 0}
+    got = c.post("/infill", json={**body, "options": {"guard": False}}).json()  # guarded, nothing breaks to cut
     assert got["content"] == "return 1"
     assert got["dlmcode"]["stop_reason"] == "syntax" and got["dlmcode"]["breakage"]["broken"] is False
 

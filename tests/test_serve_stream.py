@@ -53,7 +53,7 @@ def test_pieces_leave_before_the_decode_ends_and_join_to_the_answer():
 
 def test_the_syntax_rule_still_cuts_what_was_not_sent():
     dlm, _ = tiny_dlm(PREFIX, "x = a + b\n    return (")  # the second line breaks the file
-    engine = Engine(dlm, lang="python", lines=0)
+    engine = Engine(dlm, options={"guard": "false"}, lang="python", lines=0)  # guarded, nothing breaks to cut
     pieces: list[str] = []
     streamed = engine.run(Fill(PREFIX, SUFFIX, ceiling=48), emit=pieces.append)
     assert pieces == ["x = a + b"]
@@ -63,7 +63,7 @@ def test_the_syntax_rule_still_cuts_what_was_not_sent():
 
 def test_a_stop_string_across_a_line_break_is_never_sent_ahead():
     dlm, _ = tiny_dlm(PREFIX, LINES)
-    engine = Engine(dlm, lang="python", lines=0)
+    engine = Engine(dlm, options={"guard": "false"}, lang="python", lines=0)  # guarded, "x = a + " would not do
     pieces: list[str] = []
     req = Fill(PREFIX, SUFFIX, ceiling=48, stop=("b\n    y",))
     streamed = engine.run(req, emit=pieces.append)

@@ -2,7 +2,8 @@
 
 Each row: a progress bar, pass@1 (where tests run), exact match against the original
 middle, the running breakage rate, the trivial-fill rate (dlmcode/text/trivial.py), TPF, calls,
-tokens reopened (by a remasking decoder) and completion tokens per second. Only
+tokens reopened (by a remasking decoder), the proposals the guard turned away (guarded: the
+breakage it prevented) and completion tokens per second. Only
 draws; it animates only when stderr is a terminal (elsewhere a progress line a minute), and the
 final table is the same table without the progress bars.
 """
@@ -30,6 +31,7 @@ WIDTHS = {
     "TPF": 5,
     "calls": 5,
     "reopen": 6,
+    "away": 4,
     "tok/s": 6,
 }  # "100.0%", "12.50", "123.4", "1234.5"
 LOG_SECONDS = 60.0  # without a terminal, one progress line this often
@@ -102,8 +104,9 @@ def summary_table(summary: dict, title: str) -> Table:
 def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool, bar: bool = False) -> Table:
     """One row per setting: its label and summary row (metrics.Tally.row); a progress bar while live.
 
-    The columns are fixed before the first sample, so the live table never jumps wider: `reopen` is
-    always there (0 for a decoder that took nothing back), and every column is as wide as its
+    The columns are fixed before the first sample, so the live table never jumps wider: `reopen` and
+    `away` (proposals the guard turned away) are always there (0 for a decoder that took nothing back
+    or ran unguarded), and every column is as wide as its
     widest usual value from the first frame (WIDTHS)."""
     rates = ["pass@1"] * show_pass + ["exact", "breakage", "trivial"]
     grid = Table(title=title, title_justify="left", header_style="bold", collapse_padding=True, pad_edge=False)
@@ -111,7 +114,7 @@ def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool
     if bar:
         grid.add_column("progress", justify="left", min_width=BAR_WIDTH)
     grid.add_column("done", justify="right", min_width=2 * len(str(total)) + 1)
-    for name in [*rates, "TPF", "calls", "reopen", "tok/s"]:
+    for name in [*rates, "TPF", "calls", "reopen", "away", "tok/s"]:
         grid.add_column(name, justify="right", min_width=WIDTHS.get(name, len(name)))
     for label, row in lines:
         values = [row["pass_at_1"]] * show_pass + [row["exact_match"], row["breakage_rate"], row.get("trivial")]
@@ -124,6 +127,7 @@ def table(title: str, lines: list[tuple[str, dict]], total: int, show_pass: bool
             _number(row["tpf"], 2),
             _number(row["calls"], 1),
             str(row.get("reopened", 0)),
+            str(row.get("turned_away", 0)),
             _number(row["tokens_per_s"], 1),
         )
     return grid

@@ -11,6 +11,8 @@ Samples into the summary row of that setting. Definitions (docs/research/field.m
 - reopened: tokens the decoders took back in all (remasking decoders; TPF still counts holes);
 - unguarded: samples that asked for the guard but decoded unguarded (no filling of their holes
   parses: the code around them has errors); guard_share: the guard's checks' share of decode time;
+  turned_away: the decoder's proposals the guard rejected, in all (the breakage it prevented, so a
+  guarded run still shows the decoder's own);
 - tpf: holes filled / model calls, over all decoded samples (a ratio of totals);
 - calls, seconds: means per decoded sample; tokens_per_s: completion tokens / decode
   seconds, where completion tokens leave out the prompt, end-of-text and padding.
@@ -52,6 +54,7 @@ class Sample:
         None  # guard asked: True when it held, False when it could not (dlmcode/text/guard.py); None: not asked
     )
     guard_seconds: float = 0.0  # of `seconds`, the guard's: its first witness search and every admission
+    turned_away: int = 0  # proposals the guard rejected (replaced, or left for a later call)
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -96,6 +99,7 @@ class Tally:
     reopened: int = 0
     unguarded: int = 0
     guard_seconds: float = 0.0
+    turned_away: int = 0
     decoded: int = 0
     calls: int = 0
     filled: int = 0
@@ -116,6 +120,7 @@ class Tally:
         self.reopened += s.reopened
         self.unguarded += s.guarded is False
         self.guard_seconds += s.guard_seconds
+        self.turned_away += s.turned_away
         if s.error is None:
             self.decoded += 1
             self.calls += s.calls
@@ -138,6 +143,7 @@ class Tally:
             "reopened": self.reopened,
             "unguarded": self.unguarded,
             "guard_share": _ratio(self.guard_seconds, self.seconds),
+            "turned_away": self.turned_away,
             "tokens_per_s": _ratio(self.tokens, self.seconds, 1),
             "seconds": _ratio(self.seconds, self.decoded),
         }

@@ -33,6 +33,7 @@ CSV_FIELDS = (
     "reopened",
     "unguarded",
     "guard_share",
+    "turned_away",
     "tokens_per_s",
     "seconds",
 )

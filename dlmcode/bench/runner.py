@@ -316,7 +316,11 @@ def guard_fields(settings: dict[str, Any], result: fill.Result) -> dict[str, Any
     if not settings.get("guard"):
         return {}
     stats = result.guard or {}
-    return {"guarded": result.guard is not None, "guard_seconds": round(stats.get("guard_seconds", 0.0), 4)}
+    return {
+        "guarded": result.guard is not None,
+        "guard_seconds": round(stats.get("guard_seconds", 0.0), 4),
+        "turned_away": int(stats.get("guard_rejected", 0)),
+    }
 
 
 def failed(task: Task, config: Config, seed: int, error: str) -> Sample:
@@ -784,4 +788,5 @@ def _run(s: Sample) -> dict:
         "seconds": s.seconds,
         "trivial": s.trivial,
         "reopened": s.reopened,
+        "turned_away": s.turned_away,
     }

@@ -3,6 +3,7 @@ and the code (or JSON) on stdout."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from . import shared
 from .app import app
 from .flags import (
     DECODE,
+    GUARD,
     MODEL,
     Decode,
     HoleLength,
@@ -141,7 +143,10 @@ def generate(
         from ..jobs import fill, processors
 
         eos = processors.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
-        job = fill.generate_job(prompt, shared.load_model(run.model, quiet), run, chat=chat, raw=raw, eos=eos)
+        dlm = shared.load_model(run.model, quiet)
+        if GUARD not in decode.asked() and (chat if chat is not None else dlm.chat is not None):
+            run = dataclasses.replace(run, options=decode.asked())  # a chat reply's code is cut out after decoding
+        job = fill.generate_job(prompt, dlm, run, chat=chat, raw=raw, eos=eos)
         result = run_with_view(job, quiet, json_out)
         if not json_out:  # a text file's last line ends in a newline, so the shell prompt starts on its own
             files.write_stdout(result.text if result.text.endswith("\n") else result.text + "\n")

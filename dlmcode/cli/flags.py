@@ -58,7 +58,10 @@ DecoderName = Annotated[
 ]
 
 
-Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="decoder setting key=value (repeatable)")]
+Options = Annotated[
+    list[str] | None,
+    typer.Option("--option", "-o", help="decoder setting key=value (repeatable); guard=true unless guard=false"),
+]
 
 
 Seed = Annotated[int, typer.Option(help="seed of the decoder's random generator", callback=seed_range)]
@@ -132,9 +135,18 @@ class Decode:
     cache_refresh: int = 0
 
     def settings(self) -> dict[str, Any]:
-        """RunSettings' decode fields; the -o pairs parsed (a bad one is a UsageError naming it)."""
+        """RunSettings' decode fields; the -o pairs parsed (a bad one is a UsageError naming it), with the guard
+        on unless they say guard=false: infill and generate are where a user wants code, a fill that parses
+        (compare and bench measure each decoder's own breakage, unguarded unless set or swept)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "option"}
-        return fields | {"options": settings.parse_options(self.option)}
+        return fields | {"options": {GUARD: "true", **self.asked()}}
+
+    def asked(self) -> dict[str, str]:
+        """The -o pairs as given."""
+        return settings.parse_options(self.option)
+
+
+GUARD = "guard"  # the decoder setting infill, generate and serve turn on unless told guard=false
 
 
 DECODE = Decode()  # a command's `decode` default, as MODEL

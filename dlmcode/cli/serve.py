@@ -25,7 +25,7 @@ Option = Annotated[
         "--option",
         "-o",
         help="decoder setting key=value (repeatable); none given: block=8 (left to right, so a fill's end stops "
-        "the decode)",
+        "the decode); every request decodes guarded unless guard=false (here or in the request)",
     ),
 ]
 Cache = Annotated[

@@ -96,11 +96,14 @@ class CanvasView:
         calls = step.calls if step else 0
         filled = self.total - (step.canvas.n_holes if step else self.total)
         tpf = filled / calls if calls else 0.0
-        name = decoders.name_of(self.job.decoder) + (" (guarded)" if self.job.built_guard is not None else "")
+        completer = self.job.built_guard
+        name = decoders.name_of(self.job.decoder) + (" (guarded)" if completer is not None else "")
         taken = f" · reopened {self.reopened}" if self.reopened else ""
+        stats = getattr(completer, "last", None)
+        away = f" · turned away {stats.rejected}" if stats is not None else ""  # the breakage the guard prevented
         return Text(
             f"{name} · step {step.index + 1 if step else 0} · calls {calls} · "
-            f"filled {filled}/{self.total} · TPF {tpf:.2f}{taken}",
+            f"filled {filled}/{self.total} · TPF {tpf:.2f}{taken}{away}",
             style="bold",
         )
 
@@ -115,16 +118,26 @@ class CanvasView:
 
 
 def summary(result: Result) -> str:
-    """One line: what was filled, at what cost, and the syntax it broke."""
+    """One line: what was filled, at what cost, the syntax it broke, and, guarded, what the guard turned away."""
     taken = f", reopened {result.reopened}" if result.reopened else ""
     if result.expanded or result.deleted:  # the model chose the length: holes it split and removed
         taken += f", expanded {result.expanded}, deleted {result.deleted}"
-    guarded = f" (guarded: {result.guard['guard_checks']:.0f} checks)" if result.guard is not None else ""
+    guarded = f" ({turned_away(result.guard)})" if result.guard is not None else ""
     line = (
         f"{result.decoder}{guarded}: filled {result.filled} holes in {result.calls} calls "
         f"(TPF {result.tpf:.2f}{taken}) in {result.seconds:.2f} s"
     )
     return f"{line} · {breakage_text(result)}"
+
+
+def turned_away(guard: Any) -> str:
+    """What the guard turned away: the decoder's proposals with no filling that parses after them (the breakage
+    it prevented; each replaced by a less likely token that has one, or left for a later call)."""
+    rejected, replaced = int(guard["guard_rejected"]), int(guard["guard_replaced"])
+    if not rejected:
+        return "guarded: no proposal turned away"
+    noun = "proposal" if rejected == 1 else "proposals"
+    return f"guarded: {rejected} {noun} turned away, {replaced} replaced"
 
 
 def breakage_text(result: Result) -> str:

@@ -268,8 +268,8 @@ class Job:
     @property
     def session(self) -> Any:
         """The guard's session of the decode under way (its witness), or None when unguarded."""
-        completer = getattr(self.decoder, "completer", None)
-        return getattr(completer, "session", None) if getattr(self.decoder, "guard", False) else None
+        completer = self.built_guard
+        return completer.session if completer is not None and getattr(self.decoder, "guard", False) else None
 
     def ending(self, tokens: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
         """(h,) the ids to commit at every hole left of canvas `tokens` when a face ends the decode early (the
@@ -293,8 +293,8 @@ class Job:
         to be guarded; `gave_up` (and `why`) when it could not hold, so the decode ran unguarded."""
         if not getattr(self.decoder, "guard", False):
             return None
-        completer = getattr(self.decoder, "completer", None)
-        stats = getattr(completer, "last", None)
+        completer = self.built_guard
+        stats = completer.last if completer is not None else None
         counts = {k.removeprefix("guard_"): v for k, v in (stats.to_dict() if stats is not None else {}).items()}
         gave_up = completer is None or bool(stats is not None and stats.gave_up)
         why = (self.unguardable() or GAVE_UP) if gave_up else None

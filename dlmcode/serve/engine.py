@@ -71,6 +71,7 @@ class Answer:
 
 
 WARMUP = "warmup"
+GUARD = "guard"  # the decoder setting every request has on unless told guard=false (docs/serve.md)
 Emit = Callable[[str], None]  # a stream's sink: the next piece of the fill's final text
 
 
@@ -108,6 +109,7 @@ class Engine:
         if req.time_ms is not None and req.time_ms < 0:
             raise BadRequest(f"t_max_predict_ms {req.time_ms}: give a time in ms >= 0 (0: no limit)")
         options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
+        options.setdefault(GUARD, self.options.get(GUARD, True))  # guarded unless the server or request says no
         try:
             return jobs.make_decoder(
                 req.decoder or self.decoder, {k: text(v) for k, v in options.items()}, req.temperature
