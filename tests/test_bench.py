@@ -237,6 +237,7 @@ def test_metrics_are_exact_on_hand_made_samples():
         "reopened": 5,
         "unguarded": 0,
         "guard_share": 0.0,
+        "turned_away": 0,
         "tokens_per_s": 7.5,
         "seconds": round(2 / 3, 4),
     }
@@ -511,13 +512,14 @@ def test_guard_columns_count_unguarded_samples_and_the_guard_s_share_of_time():
         tpf=1.0,
     )
     found = [
-        Sample(**base, seconds=1.0, guarded=True, guard_seconds=0.25),
+        Sample(**base, seconds=1.0, guarded=True, guard_seconds=0.25, turned_away=3),
         Sample(**base, seconds=3.0, guarded=False),
         Sample(**(base | {"settings": {}}), seconds=4.0),
     ]
     row = metrics.tally(found)
     assert row["unguarded"] == 1
     assert row["guard_share"] == round(0.25 / 8.0, 4)
+    assert row["turned_away"] == 3  # the breakage the guard prevented, summed
 
 
 def test_guarded_rows_get_a_curve_of_their_own_in_the_pareto_plot():
