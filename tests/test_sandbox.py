@@ -302,11 +302,12 @@ def alive(token: str) -> list[str]:
 def test_orphans_die_with_the_sample():
     token = uuid.uuid4().hex
     sleeper = f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])"
-    program = (
-        "import os, sys, time\n"
-        f"if os.fork() == 0:\n    os.setsid()\n    {sleeper}\n"
-        f"if os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n        {sleeper}\n    os._exit(0)\n"
-        "time.sleep(0.5)\n"
+    program = (  # two orphans (one of them a grandchild), each saying so on a pipe before it becomes the sleeper
+        "import os, sys\nr, w = os.pipe()\n"
+        f"if os.fork() == 0:\n    os.setsid()\n    os.write(w, b'1')\n    {sleeper}\n"
+        "if os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n        os.write(w, b'1')\n"
+        f"        {sleeper}\n    os._exit(0)\n"
+        "os.read(r, 1)\nos.read(r, 1)\n"
         "def f(x):\n    return x\n"
     )
     outcome = judged(program, "def check(c):\n    assert c(1) == 1\n")
