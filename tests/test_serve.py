@@ -389,15 +389,21 @@ def test_queue_is_fifo_and_answers_each_request_once():
 
 
 def test_a_client_that_left_is_cancelled_and_the_next_one_served():
-    dlm, predict = tiny_dlm(PREFIX, SCRIPT, delay=0.02)
+    dlm, predict = tiny_dlm(PREFIX, SCRIPT)
+    dlm.predict = gated = Gated(predict, at=3)  # the first decode is held in its 3rd call until it is cancelled
     queue = Queue(Engine(dlm))
+    seen = asyncio.Event()
 
     async def gone() -> bool:
+        if predict.calls >= 2:
+            seen.set()  # the queue cancels the decode as soon as this returns, before any other task runs
         return predict.calls >= 2
 
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16), gone))
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
+        await seen.wait()
+        gated.open.set()
         with pytest.raises(ClientGone):
             await first
         stopped_at = predict.calls
