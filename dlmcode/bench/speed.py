@@ -9,6 +9,13 @@ baseline's full forward, which is how the issue states its overhead targets. On 
 shared with other work, OMP_NUM_THREADS=1 times small (cached) calls more truly: idle
 threads of a parallel region wait on busy cores.
 
+A block-diffusion family (SDAR, LLaDA2, DiffusionGemma: models/blocks.py) has no prefix or
+dual cache: it has its exact cache of finished blocks. Its rows are cache `none` (every call
+runs everything before and in the active block again: its generate without a cache, the
+baseline) and `exact` (the cache), side by side, and each row counts its FLOPs from the
+forwards it made; `x FLOPs` is what recomputing the whole canvas at every call would cost,
+as a multiple of that.
+
 Prompt lengths past the built-in model's context (256 tokens): its attention is RoPE with
 no position table, so it runs 512- and 2048-token canvases as they are. Its predictions
 there are outside what it was trained on, so TPF and outputs at those lengths only show
@@ -36,6 +43,7 @@ from ..core.run import CacheSettings, ModelChoice
 from ..jobs.fill import counting
 from ..models import cache as kvcache
 from ..models.base import Dlm
+from ..models.blocks import BlockPredict, full_canvas_flops
 
 # The most the grid times, checked before the model loads (our bounds): a canvas past 8192 tokens is
 # minutes a call on a CPU (and its attention alone gigabytes), the suite's longest is 2048 + 64; one-token-
@@ -46,6 +54,8 @@ MAX_REPEATS = 100
 BASELINE = "low-confidence"  # one token per call: the reference every ratio is taken against
 TRAINING_FREE_TARGET = 0.10  # decoder overhead per call, as a share of a forward (issue 6 targets)
 CODILA_TARGET = 0.30
+EXACT = "exact"  # a block family's exact cache of finished blocks (models/blocks.py)
+EXACT_FLOPS_TARGET = 20  # issue 31: at least this many times fewer FLOPs than recomputing the whole canvas
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,8 @@ class Row:
     call_s: float  # median wall time of one predict call
     overhead_s: float  # per call: time outside predict (the decoder's own work)
     full_calls: int | None = None  # calls that ran every position (cached predicts only)
+    flops: int | None = None  # a block family's FLOPs, counted from the forwards it made (models/blocks.py)
+    canvas_flops: int | None = None  # what recomputing the whole canvas at each of its calls would cost
     guard_s: float | None = None  # per call: the guard's checks (part of overhead_s); None: unguarded
     reopened: int = 0  # tokens the decoder took back (remasking decoders): each cost a commit again
     ratios: dict[str, float] = field(default_factory=dict)  # against the baseline at this prompt length
@@ -195,15 +207,32 @@ def make_decoder(name: str, block: int, dlm: Dlm, guard: bool = False) -> decode
     return with_assistant(decoders.build(name, options_for(name, block) | ({"guard": True} if guard else {})), dlm)
 
 
+def predict_for(
+    dlm: Dlm, mode: str, decoder: decoders.Decoder, start: Canvas, rng: torch.Generator
+) -> tuple[Predict, Canvas]:
+    """The predict a decode of `start` runs behind `mode`, and the canvas it decodes (a block family's: its starts)."""
+    if dlm.blocks is None:
+        return kvcache.with_cache(dlm, mode, block=getattr(decoder, "block", 0)).predict, start
+    inner = BlockPredict(dlm.blocks, start.tokens, dlm.mask_id, rng, recompute=mode != EXACT)
+    return inner, dataclasses.replace(start, blocks=inner.starts)
+
+
+def modes_for(dlm: Dlm, cfg: SpeedConfig) -> list[str]:
+    """The cache modes timed: a block family's are none and its exact cache."""
+    return ["none", EXACT] if dlm.blocks is not None else cfg.modes
+
+
 def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, prompt: int, mode: str, seed: int) -> Row:
     """Decode `start` once with `decoder` behind a `mode` cache, timing every model call and the whole decode."""
-    inner = kvcache.with_cache(dlm, mode, block=getattr(decoder, "block", 0)).predict
+    rng = torch.Generator().manual_seed(seed)
+    inner, start = predict_for(dlm, mode, decoder, start, rng)
     decoder = guarded(decoder, dlm, start)  # syntax-guard: its parses are timed as its own work
     timed = Timed(inner, dlm.device)
     taken: list[int] = []
     began = time.perf_counter()
-    final = last(counting(decoder(start, timed, torch.Generator().manual_seed(seed)), taken))
+    final = last(counting(decoder(start, timed, rng), taken))
     seconds = time.perf_counter() - began
+    counted = isinstance(inner, BlockPredict) and dlm.blocks.cost is not None
     return Row(
         prompt=prompt,
         decoder=name,
@@ -216,6 +245,8 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
         full_calls=getattr(inner, "full_calls", None),
         reopened=sum(taken),
         guard_s=guard_time(decoder, final.calls),
+        flops=inner.flops if counted else None,
+        canvas_flops=full_canvas_flops(dlm.blocks.cost, len(start.tokens), final.calls) if counted else None,
     )
 
 
@@ -277,15 +308,17 @@ def warm_decoder(dlm: Dlm, decoder: decoders.Decoder, modes: list[str]) -> None:
     use (milliseconds each), which would otherwise be charged to the decoder's first timed row."""
     short = canvas(dlm, 16, 8)
     for mode in modes:
-        predict = kvcache.with_cache(dlm, mode, block=getattr(decoder, "block", 0)).predict
-        last(guarded(decoder, dlm, short)(short, predict, torch.Generator().manual_seed(0)))
+        rng = torch.Generator().manual_seed(0)
+        predict, start = predict_for(dlm, mode, decoder, short, rng)
+        last(guarded(decoder, dlm, start)(start, predict, rng))
 
 
 def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | Next | str]:
     """Rows as they are measured, each announced by a Next (and a note for each decoder that
     cannot run); the baseline leads each length."""
     warmed: set[str] = set()
-    number = 0
+    number, modes = 0, modes_for(dlm, cfg)
+    total = len(cfg.lengths) * len(cfg.decoder_names) * len(modes)
     for length in cfg.lengths:
         start, base = canvas(dlm, length, cfg.gen), None
         warm_up(dlm, start)
@@ -293,14 +326,14 @@ def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | Next | str]:
             try:
                 decoder = make_decoder(name, cfg.block, dlm, cfg.guard)
             except DlmcodeError as err:
-                number += len(cfg.modes)  # its items are skipped, not left to do
+                number += len(modes)  # its items are skipped, not left to do
                 yield f"skipping {name}: {err}"
                 continue
-            for mode in cfg.modes:
+            for mode in modes:
                 number += 1
-                yield Next(number, cfg.total, length, name, mode)
+                yield Next(number, total, length, name, mode)
                 if name not in warmed:  # untimed, inside the first item: a long wait still names what runs
-                    warm_decoder(dlm, decoder, cfg.modes)
+                    warm_decoder(dlm, decoder, modes)
                     warmed.add(name)
                 r = fastest(dlm, name, decoder, start, length, mode, cfg)
                 base = base or r  # the first row of a length: low-confidence, no cache
@@ -337,12 +370,28 @@ def targets(rows: list[Row]) -> dict[str, Any]:
         worst[r.decoder] = max(worst.get(r.decoder, 0.0), r.ratios["overhead_of_forward"])
     longest = max((r.prompt for r in rows), default=0)
     prefix = [r.ratios["call_speedup"] for r in rows if r.prompt == longest and r.cache == "prefix"]
-    return {
+    exact = [r for r in rows if r.prompt == longest and r.cache == EXACT and r.flops]
+    block = (
+        {
+            "exact_flops_fewer_at_longest_prompt": round(min(r.canvas_flops / r.flops for r in exact), 1),
+            "exact_flops_ok": min(r.canvas_flops / r.flops for r in exact) >= EXACT_FLOPS_TARGET,
+            "exact_time_ratio_at_longest_prompt": round(statistics.median(time_ratios(rows, longest)), 3),
+        }
+        if exact
+        else {}
+    )
+    return block | {
         "overhead_of_forward_max": {k: round(v, 4) for k, v in worst.items()},
         "overhead_ok": {k: v <= (CODILA_TARGET if k == "codila" else TRAINING_FREE_TARGET) for k, v in worst.items()},
         "prefix_call_speedup_at_longest_prompt": round(statistics.median(prefix), 3) if prefix else None,
         "prefix_speedup_ok": bool(prefix) and statistics.median(prefix) >= CACHE_TARGET,  # issue 30: >= 10x at 2,048
     }
+
+
+def time_ratios(rows: list[Row], prompt: int) -> list[float]:
+    """Per decoder at `prompt`: the decode's seconds without the cache over its seconds with the exact cache."""
+    none = {r.decoder: r.seconds for r in rows if r.prompt == prompt and r.cache == "none"}
+    return [none[r.decoder] / r.seconds for r in rows if r.prompt == prompt and r.cache == EXACT and r.decoder in none]
 
 
 def table(rows: list[Row], title: str) -> Any:
@@ -364,6 +413,7 @@ def table(rows: list[Row], title: str) -> Any:
         "guard ms",
         "tok/s",
         "x tok/s",
+        "x FLOPs",
     ):
         t.add_column(name, justify="left" if name in ("decoder", "cache") else "right", no_wrap=True)
     for r in rows:
@@ -380,6 +430,7 @@ def table(rows: list[Row], title: str) -> Any:
             "-" if r.guard_s is None else f"{r.guard_s * 1e3:.2f}",
             f"{r.tokens_s:.1f}",
             f"{r.ratios['tokens_s']:.2f}",
+            "-" if not r.flops else f"{r.canvas_flops / r.flops:.0f}",
         )
     return t
 

@@ -93,3 +93,18 @@ def list_decoders(json_out: Json = False) -> None:
             emit(f"{entry['name']}: {entry['description']}")
             for s in entry["settings"]:
                 emit(f"    {s['name']} ({s['type']}, default {s['default']}): {s['help']}")
+
+
+@app.command(name="models", cls=Command)
+def list_models(json_out: Json = False) -> None:
+    """List the model families: what each runs, its attention, its canvas, its own decoder and how it fills a span."""
+    from ..models import families
+
+    with reported():
+        if json_out:
+            emit(json.dumps([f.to_dict() for f in families.ROWS], indent=2))
+            return
+        for f in families.ROWS:
+            emit(f"{f.name}: {f.models}")
+            emit(f"    attention {f.attention}; canvas of {f.canvas}; decoder {f.decoder}; infill {f.infill}")
+            emit(f"    runs on {f.runs_on}; checked: {f.checked}")

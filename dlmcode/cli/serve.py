@@ -91,6 +91,8 @@ def serve(
             given = settings.parse_options(option)  # win over the default block=8, and -o over both
             decoder, options = dlm.decoder, {**options, **dlm.decoder_options, **given}
             decoders.build(decoder, options)
+        if dlm.blocks is not None:  # a block family's exact cache stands behind every decode (models/blocks.py)
+            cache, cache_refresh = "none", 0
         engine = server.Engine(
             dlm,
             decoder,

@@ -110,7 +110,7 @@ def speed(
         for line in filter(None, [note]):
             con.print(line, soft_wrap=True)
         table = timing.table(rows, f"speed · {dlm.name} · {dlm.device} · x = ratio to {timing.BASELINE} without cache")
-        con.width = max(con.width, 122)  # 12 columns: never cropped, also when stderr is a file
+        con.width = max(con.width, 132)  # 13 columns: never cropped, also when stderr is a file
         con.print(table)
         summary = timing.summary(rows, dlm, cfg, probes(against, sampling, dlm, con))
         if guard:

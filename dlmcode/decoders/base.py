@@ -275,7 +275,9 @@ class Remasking(Revising):
 
 def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
     """The loop of decoders that may reopen: per block, call the model until no hole is left in
-    the block or an earlier one; each Step says what it reopened and what it committed."""
+    the block or an earlier one; each Step says what it reopened and what it committed. On a
+    block family's canvas a decoder sees and reopens only the active block: the finished ones
+    are in the model's exact cache, as its training had them."""
     span = canvas.writable.nonzero().squeeze(-1)  # (P,) the positions this decode may write
     runs = blocks(canvas, decoder.block)
     rank = torch.full((len(canvas.tokens),), -1, dtype=torch.long)  # block number of each writable position
@@ -286,6 +288,8 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
     gate = open_gate(decoder, canvas)
     for number, positions in enumerate(runs):
         upto, current, step = rank <= number, rank == number, 0  # (P,) bool each
+        if canvas.blocks:  # a block family's finished blocks are final (in its exact cache): take back only here
+            upto = current
         while bool(canvas.holes[span][upto].any()):
             logits = logits_at(predict, canvas.tokens, None if gate is not None else span)  # (P, V); guarded (L, V)
             calls += 1

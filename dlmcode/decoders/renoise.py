@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ..core import sampling
-from ..core.canvas import Canvas, Predict, Step
+from ..core.canvas import Canvas, Predict, Step, logits_at
 from .base import EMPTY, Revising, blocks, check, open_gate, setting
 
 
@@ -85,8 +85,10 @@ class Renoise(Revising):
     ) -> Iterator[Step]:
         history: Tensor | None = None
         for call in range(self.steps):
-            logits = predict(canvas.tokens)  # (L, V)
-            rows = sampling.without(logits[positions.to(logits.device)], canvas.mask_id).cpu()  # (n, V)
+            logits = logits_at(
+                predict, canvas.tokens, None if gate is not None else positions
+            )  # (n, V); guarded (L, V)
+            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id).cpu()  # (n, V)
             entropy = torch.distributions.Categorical(logits=rows).entropy()  # (n,) as its generate computes it
             best = rows.argmax(-1)  # (n,)
             stable, history = self.stable(best, history)
@@ -102,8 +104,8 @@ class Renoise(Revising):
                 torch.randint(0, rows.shape[-1], (len(positions),), generator=rng)  # the renoising its generate drops
                 break
         while bool(canvas.holes[positions].any()):  # guarded: what the guard left of the argmax
-            logits = predict(canvas.tokens)  # (L, V)
-            rows = sampling.without(logits[positions.to(logits.device)], canvas.mask_id).cpu()  # (n, V)
+            logits = logits_at(predict, canvas.tokens, None)  # (L, V): the guard reads every position
+            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id).cpu()  # (n, V)
             holes = canvas.holes[positions]  # (n,)
             canvas, step = self.commit(
                 canvas, logits, positions, rows.argmax(-1), holes, rows, gate, state, number, False
@@ -154,6 +156,11 @@ class Renoise(Revising):
         step = Step(state["index"], canvas, pos, scores, state["calls"], {"block": number}, back)
         state["index"] += 1
         return canvas, step
+
+
+def block_rows(logits: Tensor, positions: Tensor, gate: object) -> Tensor:
+    """The block's rows: the call's own when it computed only them, else cut out of (L, V) (a guarded call)."""
+    return logits if gate is None else logits[positions.to(logits.device)]
 
 
 def accept(entropy: Tensor, bound: float) -> Tensor:

@@ -64,11 +64,8 @@ class Saber(Remasking):
         if not bool(left.any()):
             return Revision(commit, seen[commit])
         filled = ~left & window.upto  # (P,) committed after this call's commits
-        reopen = (
-            drop.masked_fill(~filled, float("inf"))
-            .topk(self.backtracked(commit.numel(), int(filled.sum())), largest=False)
-            .indices
-        )
+        rows = filled.nonzero().squeeze(-1)  # only committed rows may be taken back (a hole's drop may be inf too)
+        reopen = rows[drop[rows].topk(self.backtracked(commit.numel(), len(rows)), largest=False).indices]
         return settle(commit, seen[commit], reopen)
 
     def accelerate(self, conf: Tensor, final: Tensor, active: Tensor) -> Tensor:

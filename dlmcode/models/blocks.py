@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -91,11 +91,13 @@ class BlockPredict:
     tokens: Tensor  # (L,) the decode's first canvas
     mask_id: int
     rng: torch.Generator | None = None
+    recompute: bool = False  # no cache kept between calls: everything before the block runs again (speed's baseline)
     starts: tuple[int, ...] = field(init=False)  # where its blocks start (Canvas.blocks)
     stop: int = field(init=False)  # one past the last hole: the blocks end there
     preamble: Tensor = field(init=False)  # the tokens after the last hole, cached first
     session: Session = field(init=False)
     cached: Tensor = field(init=False)  # the tokens in the session's cache
+    carried: Any = field(init=False, default=None)  # recompute: what the model kept of the block's calls
 
     def __post_init__(self) -> None:
         tokens = self.tokens.cpu()
@@ -106,16 +108,23 @@ class BlockPredict:
         self.session = self.blocks.open()
         self.cached = torch.empty(0, dtype=torch.long)
 
-    def __call__(self, tokens: Tensor) -> Tensor:
+    takes_rows = True  # core/canvas.Predict: `rows` asks for some positions' logits only
+
+    def __call__(self, tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        """(L,) canvas -> (L, V) logits, or (R, V) of positions `rows`: the active block's, zeros elsewhere."""
         tokens = tokens.cpu()
         a, b = self.active(tokens)
+        if self.recompute:
+            self.forget()
         self.settle(torch.cat([self.preamble, tokens[:a]]))
         short = max(self.blocks.size - (b - a), 0)  # a last block cut short by the canvas's end
         block = torch.cat([tokens[a:b], torch.full((short,), self.mask_id)])  # shown whole, as the model was trained
         with torch.inference_mode():
-            rows = self.session.run(self.shown(block))[: b - a]  # (b - a, V)
-        out = torch.zeros((len(tokens), rows.shape[-1]), dtype=torch.float32)  # (L, V)
-        out[a:b] = rows.float().cpu()
+            scored = self.session.run(self.shown(block))[: b - a].float().cpu()  # (b - a, V)
+        wanted = torch.arange(len(tokens)) if rows is None else rows.cpu()  # (R,)
+        inside = (wanted >= a) & (wanted < b)
+        out = torch.zeros((len(wanted), scored.shape[-1]), dtype=torch.float32)  # (R, V)
+        out[inside] = scored[wanted[inside] - a]
         return out
 
     def active(self, tokens: Tensor) -> tuple[int, int]:
@@ -124,6 +133,15 @@ class BlockPredict:
         first = int(holes[0]) if holes.numel() else self.stop - 1
         a = max([s for s in self.starts if s <= first], default=0)
         return a, min([s for s in self.starts if s > a], default=self.stop)
+
+    def forget(self) -> None:
+        """A fresh session (its forwards still counted here), carrying what the model keeps of the block's calls
+        (DiffusionGemma's self-conditioning) when the block is the same: only the cache is dropped."""
+        old = self.session
+        carried = old.carry() if hasattr(old, "carry") else None
+        self.session, self.cached = self.blocks.open(), self.cached[:0]
+        self.session.forwards = old.forwards
+        self.carried = carried
 
     def settle(self, before: Tensor) -> None:
         """Make the cache hold exactly `before`: drop it from the first token that differs, add what is missing."""
@@ -136,6 +154,9 @@ class BlockPredict:
             with torch.inference_mode():
                 self.session.extend(before[same:])
             self.cached = before.clone()
+        carried, self.carried = self.carried, None
+        if carried is not None and hasattr(self.session, "restore"):
+            self.session.restore(carried)
 
     def shown(self, block: Tensor) -> Tensor:
         """The block as the model sees it: on a noise canvas, every hole a fresh uniform draw (one per position)."""
@@ -164,7 +185,8 @@ def predict_once(blocks: Blocks, mask_id: int, seed: int = 0) -> Callable[[Tenso
     holding the first hole is scored after everything before it (noise drawn from `seed`).
     """
 
-    def predict(tokens: Tensor) -> Tensor:
-        return BlockPredict(blocks, tokens, mask_id, torch.Generator().manual_seed(seed))(tokens)
+    def predict(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        return BlockPredict(blocks, tokens, mask_id, torch.Generator().manual_seed(seed))(tokens, rows)
 
+    predict.takes_rows = True  # type: ignore[attr-defined]
     return predict

@@ -106,6 +106,16 @@ class GemmaSession:
         if n:
             self.extend(kept)
 
+    def carry(self) -> tuple[int, Tensor | None, int]:
+        """What the model keeps of a block's calls (where the block starts, its conditioning, its calls so far)."""
+        return self.length, self.condition, self.calls
+
+    def restore(self, carried: tuple[int, Tensor | None, int]) -> None:
+        """Take back what `carry` kept, when the block starts where it did (the same block, recomputed)."""
+        start, condition, calls = carried
+        if start == self.length:
+            self.condition, self.calls = condition, calls
+
     def run(self, ids: Tensor) -> Tensor:
         """The block's tempered logits (n, V), conditioned on the last call's; the cache only read."""
         n = len(ids)

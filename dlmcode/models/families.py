@@ -1,0 +1,90 @@
+"""What each model family can do, as `dlmcode models` lists it and README's model table says it.
+
+One row a family of the registry (models/__init__.FAMILIES; a test keeps them in step, and
+checks a loaded model's own `Dlm.decoder`, `Dlm.infill` and `Dlm.blocks` against its row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # registry key (--family)
+    models: str  # the published models it runs
+    attention: str  # "full" (every position sees every other) or "blocks of N" (block diffusion, exact cache)
+    canvas: str  # what a hole is to the model: "mask" or "noise"
+    decoder: str  # its own decoder, what a run without --decoder uses
+    infill: str  # "native" (the span sees both sides) or "prompt" (the code after the span is read first)
+    runs_on: str  # the code that runs it
+    checked: str  # how its equivalence with the reference was checked
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ROWS = (
+    Family("builtin", "the shipped model (default)", "full", "mask", "low-confidence", "native", "dlmcode", "its own"),
+    Family(
+        "llada",
+        "LLaDA-8B-Base/Instruct, LLaDA-1.5",
+        "full",
+        "mask",
+        "low-confidence",
+        "native",
+        "dlmcode (native)",
+        "tests/test_native.py",
+    ),
+    Family(
+        "dream",
+        "Dream-v0, Dream-Coder, DiffuCoder, DreamOn",
+        "full",
+        "mask",
+        "low-confidence",
+        "native",
+        "dlmcode (native)",
+        "tests/test_native.py",
+    ),
+    Family(
+        "diffusion-gemma",
+        "DiffusionGemma (DiffusionGemmaForBlockDiffusion)",
+        "blocks of canvas_length (256)",
+        "noise",
+        "renoise",
+        "prompt",
+        "transformers' own model",
+        "logits equal transformers'; tokens equal its generate at fixed seeds (tests/test_diffusion_gemma.py)",
+    ),
+    Family(
+        "sdar",
+        "SDAR 1.7B-30B, dense and MoE",
+        "blocks of 4",
+        "mask",
+        "dynamic",
+        "prompt",
+        "transformers' Qwen3 / Qwen3-MoE",
+        "logits within 2e-5 of a restated reference; tokens equal generate.py's rule (tests/test_sdar.py)",
+    ),
+    Family(
+        "llada2",
+        "LLaDA2.0 / 2.1 mini and flash (MoE)",
+        "blocks of 32",
+        "mask",
+        "dynamic",
+        "prompt",
+        "dlmcode (native)",
+        "logits within 1e-4 of a restated reference; tokens equal its generate's rule (tests/test_llada2.py)",
+    ),
+    Family(
+        "masked-lm",
+        "any Hugging Face masked LM (BERT, ModernBERT, ...)",
+        "full",
+        "mask",
+        "low-confidence",
+        "native",
+        "transformers' AutoModelForMaskedLM",
+        "tests/test_models.py",
+    ),
+)
