@@ -64,6 +64,8 @@ def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
         if key not in fields:
             raise UsageError(f"decoder {name!r} has no setting {key!r}; its settings: {', '.join(fields)}")
         values[key] = parse_value(name, key, raw, hints[key])
+        if fields[key].metadata.get("fixed") and values[key] != fields[key].default:
+            raise UsageError(f"decoder {name!r}: {key}={values[key]!r} {fields[key].metadata['fixed']}")
     try:
         return cls(**values)
     except (ValueError, TypeError) as err:

@@ -33,9 +33,10 @@ from ..core.settings import MAX_TEMPERATURE
 EMPTY = torch.empty(0, dtype=torch.long)
 
 
-def setting(default: Any, help: str, fixed: bool = False) -> Any:
-    """A decoder setting: a dataclass field with a default and a one-line help text. `fixed`: the
-    decoder takes only its default (syntax-guard's guard), so sweeps and shared -o pass it by."""
+def setting(default: Any, help: str, fixed: str = "") -> Any:
+    """A decoder setting: a dataclass field with a default and a one-line help text. `fixed`: why a
+    user may not change the default (syntax-guard's guard); `decoders.build` refuses another value
+    with it, and sweeps and shared -o pass the setting by."""
     return field(default=default, metadata={"help": help, "fixed": fixed})
 
 

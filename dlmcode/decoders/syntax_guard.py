@@ -42,7 +42,9 @@ class SyntaxGuard(BaseDecoder):
     """ours: commit 8+ spread-out tokens a call by Fast-dLLM's factor rule, guarded so the fill always parses."""
 
     guard: bool = setting(
-        True, "commit only tokens after which the holes left can still be filled so that the file parses", fixed=True
+        True,
+        "commit only tokens after which the holes left can still be filled so that the file parses",
+        fixed="syntax-guard always guards; `-d factor` is its rule unguarded",
     )
     factor: float = setting(
         4.0, "parallel rule: commit the n most confident safe proposals while the n-th has conf >= 1 - f/(n+1)"
@@ -66,7 +68,6 @@ class SyntaxGuard(BaseDecoder):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.guard, "guard", self.guard, "syntax-guard always guards; `-d factor` is its rule unguarded")
         check(self.factor > 0, "factor", self.factor, "must be > 0")
         check(self.floor >= 1, "floor", self.floor, "must be >= 1")
         check(self.patience >= 1, "patience", self.patience, "must be >= 1")
