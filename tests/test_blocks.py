@@ -153,3 +153,18 @@ def test_the_server_fills_a_cursor_with_a_block_family(dlm):
     answer = engine.run(Fill("def f(x):\n    y = ", "\n    return y\n", ceiling=8))
     assert answer.calls >= 1 and answer.decoder == "dynamic"
     assert "\n    return y" not in answer.text  # the fill is the middle only
+
+
+def test_a_generate_ends_after_the_block_that_holds_the_end_of_text(dlm):
+    """End-of-text made the surest token everywhere: the decode stops before the second block (no call past the
+    first, the holes after it not counted as filled), the text cut there."""
+    from dlmcode.core.run import RunSettings
+    from dlmcode.jobs import fill
+    from dlmcode.jobs.processors import Penalty
+
+    job = fill.generate_job("ab", dlm, RunSettings(decoder=None, length=10), chat=False)
+    job.processors = (*job.processors, Penalty(EOS, -50.0, "end-of-text"))  # a penalty of -50: a bonus
+    result = job.run()
+    assert result.calls == 1  # the first block (the prompt's 2 tokens, 2 holes above the bar): not the other two
+    assert result.filled == 2 and result.text == "ab"
+    assert len(job.block_predict.session.forwards) == 1

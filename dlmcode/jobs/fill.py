@@ -28,7 +28,7 @@ from ..core.run import AUTO, RunSettings
 from ..models import cache as kvcache
 from ..models.assistant_lm import load_cached, shipped_path
 from ..models.base import Dlm
-from ..models.blocks import BlockPredict
+from ..models.blocks import BlockPredict, Ended
 from ..text import guard, judge, oracle, spans, syntax
 from . import expanding, sizing
 from .processors import EndOfText, Processor, exact_length, growth_bans, names, processed
@@ -310,9 +310,11 @@ class Job:
             return expanding.rounds(self, functools.partial(self.round, rng=rng))
         canvas, predict = self.plan.canvas, self.dlm.predict
         if self.dlm.blocks is not None:
-            predict = self.block_predict = BlockPredict(self.dlm.blocks, canvas.tokens, canvas.mask_id, rng)
+            end = self.trim_at if self.finish is None else None  # generate's end of text (a chat reply runs on)
+            predict = self.block_predict = BlockPredict(self.dlm.blocks, canvas.tokens, canvas.mask_id, rng, end_id=end)
             canvas = dataclasses.replace(canvas, blocks=predict.starts)
         steps = self.decoder(canvas, processed(predict, self.processors), rng)
+        steps = until_ended(steps) if self.dlm.blocks is not None else steps
         return shifted(steps, self.probe_calls) if self.probe_calls else steps
 
     def round(self, plan: spans.Plan, limits: expanding.Limits, rng: torch.Generator) -> Iterator[Step]:
@@ -333,6 +335,11 @@ class Job:
         final = follow(counting(self.steps(), taken, committed))
         seconds = time.perf_counter() - start + (self.sized.seconds if self.sized else 0.0) + self.first_search()
         canvas = final.canvas if final else self.plan.canvas
+        left = canvas.n_holes if final else 0  # holes after an end of text a block family stopped at (until_ended)
+        if left and self.trim_at is not None:  # they are cut off with it: the end of text stands in for them
+            canvas = dataclasses.replace(
+                canvas, tokens=canvas.tokens.masked_fill(canvas.holes, self.trim_at), span=None
+            )
         if self.cut is not None:  # the tokens past the asked length finished the last block; they are dropped
             plan = self.cut
             canvas = dataclasses.replace(canvas, tokens=canvas.tokens[: len(plan.canvas.tokens)], span=None, blocks=())
@@ -345,7 +352,7 @@ class Job:
             ids=filled.ids,
             canvas=canvas.tokens.tolist(),
             calls=final.calls if final else self.probe_calls,
-            filled=sum(committed) if self.growth else self.plan.canvas.n_holes,
+            filled=sum(committed) if self.growth else self.plan.canvas.n_holes - left,
             seconds=seconds,
             breakage=self.breakage(filled, text),
             decoder=decoders.name_of(self.decoder),
@@ -405,6 +412,15 @@ class Job:
         before, regions = self.reference
         holes = [syntax.Region(b, a) for b, a in zip(regions, filled.regions, strict=True)]
         return syntax.breakage(before, text, self.lang, holes=holes)
+
+
+def until_ended(steps: Iterator[Step]) -> Iterator[Step]:
+    """A block family's Steps until its predict says the end of text is behind the active block (blocks.Ended):
+    the holes after it stay holes, as its generate leaves them, and are not counted as filled."""
+    try:
+        yield from steps
+    except Ended:
+        return
 
 
 def shifted(steps: Iterator[Step], calls: int) -> Iterator[Step]:

@@ -45,6 +45,11 @@ class Session(Protocol):
     def run(self, ids: Tensor) -> Tensor: ...  # (n,) a block at positions length.. -> (n, V) logits; cache unchanged
 
 
+class Ended(Exception):
+    """Raised by a block family's predict instead of running a block after the end of text (jobs/fill.py ends the
+    decode there)."""
+
+
 @dataclass(frozen=True)
 class Cost:
     """A forward's multiply-adds as a function of its queries and keys (2 FLOPs each), from the config."""
@@ -92,6 +97,7 @@ class BlockPredict:
     mask_id: int
     rng: torch.Generator | None = None
     recompute: bool = False  # no cache kept between calls: everything before the block runs again (speed's baseline)
+    end_id: int | None = None  # generate's end of text: a decode ends after the block that holds it (Ended)
     starts: tuple[int, ...] = field(init=False)  # where its blocks start (Canvas.blocks)
     stop: int = field(init=False)  # one past the last hole: the blocks end there
     preamble: Tensor = field(init=False)  # the tokens after the last hole, cached first
@@ -114,6 +120,7 @@ class BlockPredict:
         """(L,) canvas -> (L, V) logits, or (R, V) of positions `rows`: the active block's, zeros elsewhere."""
         tokens = tokens.cpu()
         a, b = self.active(tokens)
+        self.check_end(tokens, a)
         if self.recompute:
             self.forget()
         self.settle(torch.cat([self.preamble, tokens[:a]]))
@@ -133,6 +140,15 @@ class BlockPredict:
         first = int(holes[0]) if holes.numel() else self.stop - 1
         a = max([s for s in self.starts if s <= first], default=0)
         return a, min([s for s in self.starts if s > a], default=self.stop)
+
+    def check_end(self, tokens: Tensor, a: int) -> None:
+        """Ended when a block before the active one holds the end of text in what the decode wrote: the
+        families' own generate stops there, and everything after it would be cut off anyway."""
+        if self.end_id is None or a == 0:
+            return
+        wrote = self.tokens.cpu()[:a] == self.mask_id  # (a,) the positions this decode filled
+        if bool((wrote & (tokens[:a] == self.end_id)).any()):
+            raise Ended
 
     def forget(self) -> None:
         """A fresh session (its forwards still counted here), carrying what the model keeps of the block's calls
