@@ -481,6 +481,9 @@ def test_a_cache_without_block_decoding_still_caches_the_context_around_the_hole
     )  # (start, positions run): the holes onward, or the holes
 
 
+GUARD_FILES: dict = {}
+
+
 def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
     import json
 
@@ -513,9 +516,13 @@ def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
         )
         assert out.exit_code == 0, out.output
         assert "guard ms" in out.stderr
-        return {r["decoder"]: r for r in json.loads(out.stdout)["rows"]}
+        doc = json.loads(out.stdout)
+        assert ("guard_files" in doc) == ("--guard" in extra)
+        GUARD_FILES["rows"] = doc.get("guard_files")
+        return {r["decoder"]: r for r in doc["rows"]}
 
-    plain, guarded = rows(), rows("--guard")
+    plain, guarded = rows(), rows("--guard", "--guard-places", "0")  # no standard-library files (test_guard_cost.py)
+    assert GUARD_FILES["rows"] == []
     assert plain["threshold"]["guard_s"] is None and plain["low-confidence"]["guard_s"] is None
     assert plain["syntax-guard"]["guard_s"] is not None  # guarded by default
     assert guarded["threshold"]["guard_s"] is not None and guarded["threshold"]["guard_s"] >= 0

@@ -53,3 +53,32 @@ def test_a_cost_row_counts_the_guard_s_seconds_per_call_against_a_forward():
         assert 0 < row.first_s < row.guard_s and row.forward_s > 0
         assert row.share == pytest.approx(row.guard_s / row.calls / row.forward_s)
     assert (one.tokens_per_step, four.tokens_per_step) == (1, 4) and four.calls <= one.calls
+
+
+def test_speed_guard_prints_both_tables_and_returns_their_rows(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from dlmcode.cli import speed
+
+    asked = {}
+
+    def cost(dlm, n):
+        asked["places"] = n
+        yield guard_cost.CostRow("queue.py", 11_000, 4, decodes=2, calls=10, guard_s=0.05, forward_s=0.1)
+
+    def typos(dlm, n):
+        asked["typos"] = n
+        return [guard_cost.TypoRow("value = = 1", "above", fills=3, guarded=2, compiles=2)]
+
+    monkeypatch.setattr(guard_cost, "cost", cost)
+    monkeypatch.setattr(guard_cost, "typos", typos)
+    out = io.StringIO()
+    found = speed.guard_costs(None, 2, 3, Console(file=out, width=200))
+    assert asked == {"places": 2, "typos": 3}
+    assert found["guard_files"][0]["share_of_forward"] == 0.05 and not found["guard_files"][0]["met"]
+    assert found["guard_typos"][0]["compiles_share"] == 1.0
+    text = out.getvalue()
+    assert "share of one uncached forward" in text and "compile once it is fixed" in text and "5.0%" in text
+    assert speed.guard_costs(None, 0, 0, Console(file=io.StringIO())) == {"guard_files": []}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import UsageError
 from ..core.run import RunSettings
 from ..models.base import Dlm
 
@@ -54,6 +55,7 @@ class CostRow:
     judge_s: float = 0.0  # of guard_s, in the judge (text/judge.py); the rest is the witness search's own work
     checks: int = 0  # the judge's verdicts
     unguarded: int = 0  # decodes that found no witness (said, and decoded unguarded)
+    skipped: int = 0  # spans the model's context cannot hold (a small model): not decoded
     broken: int = 0  # fills the breakage rule counts broken
     forward_s: float = 0.0  # the yardstick: one uncached forward on a 512-token canvas
 
@@ -124,7 +126,11 @@ def cost(dlm: Dlm, files: tuple[str, ...] = FILES, n: int = PLACES) -> Iterator[
         for k in TOKENS_PER_CALL:
             row = CostRow(name, len(text.encode("utf-8")), k, forward_s=forward_seconds(dlm))
             for span in places(text, n):
-                job, result = guarded(dlm, text, span, k)
+                try:
+                    job, result = guarded(dlm, text, span, k)
+                except UsageError:  # the span and the text between its holes outgrow the model's context
+                    row.skipped += 1
+                    continue
                 stats = job.decoder.completer.last
                 row.decodes += 1
                 row.calls += result.calls
@@ -202,7 +208,10 @@ def typos(dlm: Dlm, n: int, files: tuple[str, ...] = TYPO_FILES, seed: int = 26)
         indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())] if lines[at].strip() else ""
         broken = "\n".join([*lines[:at], indent + typo, *lines[at:]])
         shift = 1 if above else 0
-        _, result = guarded(dlm, broken, (first + shift, last + shift), rnd.choice(TOKENS_PER_CALL), seed=i)
+        try:
+            _, result = guarded(dlm, broken, (first + shift, last + shift), rnd.choice(TOKENS_PER_CALL), seed=i)
+        except UsageError:  # the span outgrows the model's context (a small model): not a fill
+            continue
         row = rows[typo, "above" if above else "below"]
         row.fills += 1
         if result.guard is None:
@@ -247,7 +256,7 @@ def cost_table(rows: list[CostRow]) -> Any:
             f"{r.first_s * 1e3 / max(r.decodes, 1):.1f}",
             f"{r.share:.1%}",
             f"{r.target:.0%}",
-            f"{r.unguarded}/{r.decodes}",
+            f"{r.unguarded}/{r.decodes}" + (f" ({r.skipped} too long)" if r.skipped else ""),
         )
     return t
 

@@ -53,6 +53,10 @@ Guard = Annotated[
         "time per call on standard-library files of 11, 49 and 229 KB, as a share of one forward",
     ),
 ]
+GuardPlaces = Annotated[
+    int,
+    typer.Option(help="with --guard: 3-line spans per standard-library file whose guard cost is timed (0: none)"),
+]
 Typos = Annotated[
     int,
     typer.Option(help="with --guard: this many guarded fills beside a typo of the user's (compile once fixed?)"),
@@ -86,6 +90,7 @@ def speed(
     decoder: Decoder = None,
     quick: Quick = False,
     guard: Guard = False,
+    guard_places: GuardPlaces = 4,
     typos: Typos = 0,
     against: Against = None,
     sampling: Sampling = False,
@@ -114,7 +119,7 @@ def speed(
         con.print(table)
         summary = timing.summary(rows, dlm, cfg, probes(against, sampling, dlm, con))
         if guard:
-            summary |= guard_costs(dlm, typos, con)
+            summary |= guard_costs(dlm, guard_places, typos, con)
         if json_out:
             emit(json.dumps(summary))
 
@@ -136,16 +141,17 @@ def probes(against: Path | None, sampling: bool, dlm: Any, con: Any) -> dict[str
     return found
 
 
-def guard_costs(dlm: Any, typos: int, con: Any) -> dict[str, Any]:
+def guard_costs(dlm: Any, places: int, typos: int, con: Any) -> dict[str, Any]:
     """`speed --guard`'s second part (bench/guard_cost.py): the guard's cost on standard-library files, and
     fills beside a typo; the tables on stderr, the rows for --json."""
     from ..bench import guard_cost
 
     rows = []
-    for row in guard_cost.cost(dlm):
+    for row in guard_cost.cost(dlm, n=places) if places > 0 else ():
         con.print(f"guard: {row.file} at {row.tokens_per_step} a call: {row.share:.1%} of a forward", soft_wrap=True)
         rows.append(row)
-    con.print(guard_cost.cost_table(rows))
+    if rows:
+        con.print(guard_cost.cost_table(rows))
     out: dict[str, Any] = {"guard_files": [r.to_dict() for r in rows]}
     if typos:
         found = guard_cost.typos(dlm, typos)
