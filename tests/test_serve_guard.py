@@ -195,3 +195,14 @@ def test_each_protocol_says_when_the_guard_gave_up():
         "/api/generate", json={"prompt": "def add(a, b):\n    ", "stream": False, "options": {"guard": False}}
     ).json()
     assert off["dlmcode"]["guard"] is None  # not asked for
+
+
+def test_a_fill_never_comments_out_the_rest_of_the_users_line_whatever_input_extra_holds():
+    # the comment check reads the client's file too: with the chunk in it, the whole file was a string
+    prefix, suffix = "def f(x, y):\n    return x", " + y\n"
+    c = served("def f(x, y):\n    return x", "  # the rest\n")
+    extra = {"input_extra": [{"filename": "other.py", "text": 'def other():\n    """Never ended\n'}]}
+    plain = infill(c, prefix, suffix, **extra, **UNGUARDED)
+    assert "#" in plain["content"]  # the model's own, unguarded
+    got = infill(c, prefix, suffix, **extra, **GUARDED)
+    assert "#" not in got["content"] and compiles(prefix + got["content"] + suffix), got["content"]

@@ -179,10 +179,7 @@ class Job:
         """Whether a fill turns the user's code after a hole into a comment or a string (a `#` that comments
         out the rest of the line, a quote it leaves open): the judge passes such a text, the user would not.
         The literal each hole ends in must be one of `literals`, or the one it began in."""
-        canvas = dataclasses.replace(self.plan.canvas, tokens=tokens, span=None)
-        filled = spans.splice(
-            self.plan, canvas, self.dlm.tokenizer, drop_ids=self.dlm.special_ids, trim_at=self.trim_at
-        )
+        filled = self.spliced(dataclasses.replace(self.plan.canvas, tokens=tokens, span=None))  # as `reference`
         for (start, end), want in zip(filled.regions, self.literals, strict=True):
             began = {guard.open_literal(filled.text[:start], self.lang)} if None in want else set()
             if guard.literal_at(filled.text, end, self.lang) not in want | began:
