@@ -141,7 +141,7 @@ def test_infill_builds_one_settings_object_from_its_flags_and_decodes_with_it(mo
     expected = RunSettings(
         model=ModelChoice(model, "cpu", "float32", offline=True),
         decoder="threshold",
-        options={"tau": "0.5", "block": "4"},
+        options={"guard": "true", "tau": "0.5", "block": "4"},  # infill guards unless told guard=false
         temperature=0.7,
         seed=3,
         length=6,
@@ -157,7 +157,7 @@ def test_infill_builds_one_settings_object_from_its_flags_and_decodes_with_it(mo
         (7, 8),
         dlm=dlm,
         decoder="threshold",
-        options={"tau": "0.5", "block": "4"},
+        options={"guard": "true", "tau": "0.5", "block": "4"},
         temperature=0.7,
         seed=3,
         length=6,
@@ -178,7 +178,9 @@ def test_generate_builds_one_settings_object_and_refuses_bad_ones_before_loading
     )
     assert result.exit_code == 0, result.stderr
     # no --decoder: None, the model family's own (Dlm.decoder), chosen once the model is loaded
-    expected = RunSettings(model=ModelChoice(model, "cpu"), decoder=None, options={}, seed=2, length=5, lang="python")
+    expected = RunSettings(
+        model=ModelChoice(model, "cpu"), decoder=None, options={"guard": "true"}, seed=2, length=5, lang="python"
+    )
     assert seen["load"] == [expected.model] and seen["generate"] == [expected]
 
     for flags, says in [
