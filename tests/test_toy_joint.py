@@ -145,6 +145,8 @@ def test_codila_mixes_no_phrase_where_threshold_does_at_the_same_tpf():
                 "codila", {"block": block, "assistant": trained_assistant(support, vocab, steps)}, support, vocab
             )
             theirs = measure("threshold", {"tau": tau}, support, vocab)
-            assert ours == (0.0, block) and theirs[1] == block and theirs[0] > 0.5, (support, ours, theirs)
+            # independent draws mix 2/3 of CITIES and 1/2 of DIGITS (the two digits agree half the time): > 0.3 is
+            # 4 standard deviations below the lower one at 100 seeds, so the test does not hang on one sampler's stream
+            assert ours == (0.0, block) and theirs[1] == block and theirs[0] > 0.3, (support, ours, theirs)
     finally:
         torch.set_num_threads(threads)
