@@ -178,3 +178,15 @@ def test_head_rows_is_an_ordinary_tensor_a_caller_may_edit():
     out = forward.head_rows(model.head, states, torch.tensor([1, 2]))
     assert not out.is_inference() and not out.requires_grad
     out[0, 0] = 1.0
+
+
+def test_the_speed_bench_times_the_calls_a_decode_makes():
+    """speed.Timed passes the decoder's rows on: a timed call computes what it computes in a decode."""
+    from dlmcode.bench import speed
+
+    model = llada()
+    spy = HeadRows(model.model.transformer["ff_out"])
+    timed = speed.Timed(native.predict_of(model), CPU)
+    canvas = Canvas(tokens(24, range(8, 16)), MASK)
+    last(build("low-confidence", {"block": 4})(canvas, timed, torch.Generator()))
+    assert spy.seen == [4, 3, 2, 1] * 2 and len(timed.times) == 8

@@ -37,7 +37,7 @@ import torch
 
 from .. import decoders
 from ..core import contracts
-from ..core.canvas import Canvas, Predict, last
+from ..core.canvas import Canvas, Predict, last, logits_at
 from ..core.errors import DlmcodeError, UsageError
 from ..core.run import CacheSettings, ModelChoice
 from ..jobs.fill import counting
@@ -154,15 +154,18 @@ class Row:
 
 
 class Timed:
-    """A predict that records how long each call takes (synchronizing CUDA so the time is the forward's)."""
+    """A predict that records how long each call takes (synchronizing CUDA so the time is the forward's);
+    it passes on the rows a decoder asks for, so a call costs what it costs in a decode."""
+
+    takes_rows = True
 
     def __init__(self, predict: Predict, device: torch.device) -> None:
         self.predict, self.device = predict, device
         self.times: list[float] = []
 
-    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         start = time.perf_counter()
-        logits = self.predict(tokens)
+        logits = logits_at(self.predict, tokens, rows)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.times.append(time.perf_counter() - start)
