@@ -158,6 +158,7 @@ def test_the_guard_holds_while_the_fill_grows():
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
 LINES = "x = a + b\n    y = x * 2\n    return y"
+UNGUARDED = {"guard": "false"}  # the mechanics of growing, apart from the guard (on by default in serve)
 
 
 def test_serve_grows_the_fill_and_streams_it_in_whole_lines():
@@ -165,14 +166,14 @@ def test_serve_grows_the_fill_and_streams_it_in_whole_lines():
     from dlmcode.serve.request import Fill
 
     dlm, predict = knowing(PREFIX.rstrip(" \t"), SUFFIX, LINES)
-    engine = Engine(dlm, lang="python", lines=0)
+    engine = Engine(dlm, lang="python", lines=0, options=UNGUARDED)
     pieces: list[str] = []
     answer = engine.run(Fill(PREFIX, SUFFIX, ceiling=48), emit=pieces.append)
     assert answer.text == LINES and answer.holes == len(LINES) and answer.stop == "end"
     assert answer.calls == predict.calls == (len(LINES) - expanding.START) + len(LINES)  # expands, then tokens
     assert pieces == ["x = a + b", "\n    y = x * 2"] and "".join(pieces) == LINES[: len("".join(pieces))]
     short, _ = knowing(PREFIX.rstrip(" \t"), SUFFIX, "x")
-    assert Engine(short, lang="python", lines=0).run(Fill(PREFIX, SUFFIX, ceiling=48)).text == "x"
+    assert Engine(short, lang="python", lines=0, options=UNGUARDED).run(Fill(PREFIX, SUFFIX, ceiling=48)).text == "x"
 
 
 def test_serve_batches_growing_fills_and_answers_each():
@@ -183,7 +184,7 @@ def test_serve_batches_growing_fills_and_answers_each():
     from dlmcode.serve.request import Fill
 
     dlm, predict = knowing(PREFIX.rstrip(" \t"), SUFFIX, LINES)
-    queue = Queue(Engine(dlm, lang="python", lines=0, batch=3))
+    queue = Queue(Engine(dlm, lang="python", lines=0, batch=3, options=UNGUARDED))
 
     async def arrive():
         return await asyncio.gather(*(queue.answer(Fill(PREFIX, SUFFIX, ceiling=48, seed=i)) for i in range(3)))
@@ -200,7 +201,7 @@ def test_openai_n_2_and_ollama_grow_the_fill():
     from dlmcode.serve.engine import Engine
 
     dlm, _ = knowing(PREFIX.rstrip(" \t"), SUFFIX, LINES)
-    c = TestClient(make_app(Engine(dlm, lang="python", lines=0)))
+    c = TestClient(make_app(Engine(dlm, lang="python", lines=0, options=UNGUARDED)))
     body = {"model": "dlmcode", "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 48, "n": 2}
     choices = c.post("/v1/completions", json=body).json()["choices"]
     assert [ch["text"] for ch in choices] == [LINES, LINES]
