@@ -125,7 +125,7 @@ def measure(requests: int, seed: int, decoder: str | None) -> dict[str, Any]:
     return report
 
 
-def main(
+def command(
     requests: Annotated[int, typer.Option(help="requests per kind (the same cursors guarded and not)")] = 10,
     seed: Annotated[int, typer.Option(help="seed of the cursors")] = 0,
     decoder: Annotated[str | None, typer.Option("--decoder", "-d", help="the server's decoder")] = None,
@@ -133,5 +133,9 @@ def main(
     print(json.dumps(measure(requests, seed, decoder), indent=1))
 
 
+def main(args: list[str] | None = None) -> None:
+    one_command(command)(args)
+
+
 if __name__ == "__main__":
-    one_command(main)()
+    main()
