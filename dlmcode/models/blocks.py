@@ -19,7 +19,7 @@ On a noise canvas the block's holes are shown as uniform draws from the vocabula
 every call from the decode's generator (core/canvas.py says what that offers a decoder).
 
 Every forward is counted (queries run, keys attended) so that `flops` can say what a decode
-cost against recomputing the whole canvas at every call (bench/speed.py shows both).
+cost against recomputing the whole canvas at every call (bench/speed/ shows both).
 """
 
 from __future__ import annotations
