@@ -45,6 +45,57 @@ class Session(Protocol):
     def run(self, ids: Tensor) -> Tensor: ...  # (n,) a block at positions length.. -> (n, V) logits; cache unchanged
 
 
+class PendingSession:
+    """The exact cache's bookkeeping that SDAR's and LLaDA2's sessions share (a Session without its model).
+
+    Finished tokens wait (`pending`) and run with the next block, in one forward under the
+    block-causal mask; that block's own keys are then dropped again, so the cache holds only
+    finished tokens. A family writes `forward` (the model on those tokens) and `crop` (its cache
+    cut to the first n tokens)."""
+
+    def __init__(self, device: torch.device, size: int) -> None:
+        self.device, self.size = device, size
+        self.stored = 0  # tokens whose keys and values are in the cache
+        self.pending = torch.empty(0, dtype=torch.long)
+        self.forwards: list[tuple[int, int]] = []
+
+    @property
+    def length(self) -> int:
+        return self.stored + len(self.pending)
+
+    def extend(self, ids: Tensor) -> None:
+        self.pending = torch.cat([self.pending, ids.cpu()])
+
+    def truncate(self, n: int) -> None:
+        if n >= self.stored:
+            self.pending = self.pending[: n - self.stored]
+            return
+        self.crop(n)
+        self.stored, self.pending = n, self.pending[:0]
+
+    def run(self, ids: Tensor) -> Tensor:
+        """(n,) the active block after everything cached -> (n, V) logits; the block leaves no keys behind."""
+        x = torch.cat([self.pending, ids.cpu()]).to(self.device)  # (m,)
+        pos = torch.arange(self.stored, self.stored + len(x), device=self.device)  # (m,)
+        keys = torch.arange(0, self.stored + len(x), device=self.device)  # (K,)
+        seen = keys[None, :] // self.size <= pos[:, None] // self.size  # (m, K): block-causal
+        logits = self.forward(x, pos, seen)  # (m, V)
+        self.forwards.append((len(x), self.stored + len(x)))
+        kept = self.stored + len(self.pending)
+        self.crop(kept)
+        self.stored, self.pending = kept, self.pending[:0]
+        return logits[-len(ids) :].float()  # (n, V)
+
+    def forward(self, x: Tensor, pos: Tensor, seen: Tensor) -> Tensor:
+        """(m,) tokens at positions `pos`, after the cache, each query seeing the keys `seen` marks -> (m, V)
+        logits; their keys and values join the cache."""
+        raise NotImplementedError
+
+    def crop(self, n: int) -> None:
+        """Keep the cache of the first n tokens only."""
+        raise NotImplementedError
+
+
 class Ended(Exception):
     """Raised by a block family's predict instead of running a block after the end of text (jobs/fill.py ends the
     decode there)."""

@@ -228,43 +228,20 @@ class Llada2LM(nn.Module):
         return self.lm_head(self.model.norm(x)).float()
 
 
-class NativeSession:
+class NativeSession(blocks.PendingSession):
     """One decode's LLaDA2 with its exact cache (blocks.Session): each layer's keys and values of every finished
-    token; finished tokens wait and run with the next block, under the block-causal mask."""
+    token."""
 
     def __init__(self, model: Llada2LM, size: int) -> None:
-        self.model, self.size = model, size
-        self.device = next(model.parameters()).device
+        super().__init__(next(model.parameters()).device, size)
+        self.model = model
         self.past: list[list[Tensor]] = [[] for _ in range(model.cfg.layers)]
-        self.stored = 0
-        self.pending = torch.empty(0, dtype=torch.long)
-        self.forwards: list[tuple[int, int]] = []
 
-    @property
-    def length(self) -> int:
-        return self.stored + len(self.pending)
+    def forward(self, x: Tensor, pos: Tensor, seen: Tensor) -> Tensor:
+        return self.model(x[None], pos, self.past, seen[None, None])[0]  # (m, V)
 
-    def extend(self, ids: Tensor) -> None:
-        self.pending = torch.cat([self.pending, ids.cpu()])
-
-    def truncate(self, n: int) -> None:
-        if n >= self.stored:
-            self.pending = self.pending[: n - self.stored]
-            return
+    def crop(self, n: int) -> None:
         self.past = [[t[:, :, :n] for t in kv] for kv in self.past]
-        self.stored, self.pending = n, self.pending[:0]
-
-    def run(self, ids: Tensor) -> Tensor:
-        x = torch.cat([self.pending, ids.cpu()]).to(self.device)  # (m,)
-        pos = torch.arange(self.stored, self.stored + len(x), device=self.device)
-        keys = torch.arange(0, self.stored + len(x), device=self.device)
-        mask = (keys[None, :] // self.size <= pos[:, None] // self.size)[None, None]  # (1, 1, m, K) bool
-        logits = self.model(x[None], pos, self.past, mask)[0]  # (m, V)
-        self.forwards.append((len(x), self.stored + len(x)))
-        kept = self.stored + len(self.pending)
-        self.past = [[t[:, :, :kept] for t in kv] for kv in self.past]  # the block leaves no keys behind
-        self.stored, self.pending = kept, self.pending[:0]
-        return logits[-len(ids) :]
 
 
 def cost(cfg: Llada2Config) -> blocks.Cost:

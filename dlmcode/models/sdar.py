@@ -39,56 +39,30 @@ def matches(config: dict) -> bool:
     )
 
 
-def block_mask(query_pos: Tensor, key_pos: Tensor, size: int, dtype: torch.dtype) -> Tensor:
-    """(1, 1, q, k) additive mask: a query sees every key whose block is not after its own (block-causal)."""
-    seen = (key_pos[None, :] // size) <= (query_pos[:, None] // size)  # (q, k)
-    return torch.zeros(seen.shape, dtype=dtype, device=query_pos.device).masked_fill(~seen, float("-inf"))[None, None]
+def block_mask(seen: Tensor, dtype: torch.dtype) -> Tensor:
+    """(1, 1, q, k) additive mask from the bool one: 0 where a query sees a key, -inf elsewhere."""
+    return torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, float("-inf"))[None, None]
 
 
-class CausalSession:
-    """One decode's block-causal model with its exact cache (blocks.Session) over a transformers causal LM.
-
-    Finished tokens wait (`pending`) and run with the next block, in one forward under the
-    block-causal mask; that block's own keys are then dropped again, so the cache holds only
-    finished tokens."""
+class CausalSession(blocks.PendingSession):
+    """One decode's block-causal model with its exact cache (blocks.Session) over a transformers causal LM."""
 
     def __init__(self, model: Any, size: int) -> None:
         from transformers import DynamicCache
 
-        self.model, self.size = model, size
-        self.device = next(model.parameters()).device
+        super().__init__(next(model.parameters()).device, size)
+        self.model = model
         self.cache = DynamicCache(config=model.config)
-        self.stored = 0  # tokens whose keys and values are in `cache`
-        self.pending = torch.empty(0, dtype=torch.long)
-        self.forwards: list[tuple[int, int]] = []
 
-    @property
-    def length(self) -> int:
-        return self.stored + len(self.pending)
-
-    def extend(self, ids: Tensor) -> None:
-        self.pending = torch.cat([self.pending, ids.cpu()])
-
-    def truncate(self, n: int) -> None:
-        if n >= self.stored:
-            self.pending = self.pending[: n - self.stored]
-            return
-        self.cache.crop(n - self.stored)  # a negative count: that many keys dropped from the end
-        self.stored, self.pending = n, self.pending[:0]
-
-    def run(self, ids: Tensor) -> Tensor:
-        """(n,) the active block after everything cached -> (n, V) logits; the block leaves no keys behind."""
-        x = torch.cat([self.pending, ids.cpu()]).to(self.device)  # (m,)
-        pos = torch.arange(self.stored, self.stored + len(x), device=self.device)  # (m,)
-        keys = torch.arange(0, self.stored + len(x), device=self.device)
-        mask = block_mask(pos, keys, self.size, self.model.dtype)
+    def forward(self, x: Tensor, pos: Tensor, seen: Tensor) -> Tensor:
+        mask = block_mask(seen, self.model.dtype)
         out = self.model(
             input_ids=x[None], attention_mask=mask, position_ids=pos[None], cache=self.cache, use_cache=True
         )
-        self.forwards.append((len(x), self.stored + len(x)))
-        self.cache.crop(-len(ids))
-        self.stored, self.pending = self.stored + len(self.pending), self.pending[:0]
-        return out.logits[0, -len(ids) :].float()  # (n, V)
+        return out.logits[0]  # (m, V)
+
+    def crop(self, n: int) -> None:
+        self.cache.crop(n - self.cache.get_seq_length())  # a negative count: that many keys dropped from the end
 
 
 def cost(config: Any) -> blocks.Cost:
