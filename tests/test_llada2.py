@@ -1,4 +1,4 @@
-"""LLaDA2 (MoE): loaded from a folder of safetensors, its logits those of a restated reference, its default
+"""LLaDA2 (MoE): loaded from a folder of safetensors, its logits bit for bit those of a restated reference, its default
 decoder giving exactly the tokens of its reference generate.
 
 The reference below is our own plain-torch restatement of inclusionAI's modeling_llada2_moe.py (public
@@ -73,11 +73,10 @@ def char_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<|mask|>")
 
 
-def random_weights() -> dict[str, torch.Tensor]:
+def random_weights(c: dict = CONFIG) -> dict[str, torch.Tensor]:
     """The checkpoint's tensors by their published names, random; layers strong against the embedding, so that
     holes (one embedding) differ by position and no two candidates tie to rounding."""
     g = torch.Generator().manual_seed(0)
-    c = CONFIG
     d, hd, heads, kv = c["hidden_size"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
 
     def w(*shape, scale=0.3):
@@ -134,65 +133,83 @@ def dlm(folder):
 
 
 # ---------------------------------------------------------------- the restated reference
+# Op for op as modeling_llada2_moe.py runs at inference (float32 here): its RMSNorm, its rotary tables (inverse
+# frequencies times positions as a matmul) on the first partial_rotary_factor of a head, F.linear, attention through
+# transformers' sdpa path (keys and values repeated per query head, the additive block mask, its scale), and its
+# moe_infer: the (token, slot) pairs sorted by expert with torch's argsort, each expert's tokens in one batch,
+# the slots weighted and summed per token.
 
 
 def rms(x, w, eps=1e-6):
-    h = x.float()
-    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
 
 
 def rope(x, pos, rot, theta):
-    inv = 1.0 / theta ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot)
-    freqs = (inv[:, None] @ pos[None, :].float()).T  # (L, rot/2)
-    cos, sin = torch.cat([freqs, freqs], -1).cos(), torch.cat([freqs, freqs], -1).sin()
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
+    freqs = (inv[None, :, None] @ pos[None, None, :].float()).transpose(1, 2)  # (1, L, rot/2)
+    cos, sin = torch.cat((freqs, freqs), -1).cos()[:, None], torch.cat((freqs, freqs), -1).sin()[:, None]
     r, rest = x[..., :rot], x[..., rot:]
-    half = torch.cat([-r[..., rot // 2 :], r[..., : rot // 2]], -1)
+    half = torch.cat((-r[..., rot // 2 :], r[..., : rot // 2]), -1)
     return torch.cat([r * cos + half * sin, rest], -1)
 
 
 def expert(sd, p, x):
-    return (F.silu(x @ sd[p + "gate_proj.weight"].T) * (x @ sd[p + "up_proj.weight"].T)) @ sd[p + "down_proj.weight"].T
+    up = F.linear(x, sd[p + "up_proj.weight"])
+    return F.linear(F.silu(F.linear(x, sd[p + "gate_proj.weight"])) * up, sd[p + "down_proj.weight"])
 
 
-def sparse(sd, p, x):
+def route(sd, p, x):
     c = CONFIG
-    scores = torch.sigmoid(x.float() @ sd[p + "gate.weight"].float().T)  # (L, E)
+    scores = torch.sigmoid(F.linear(x.float(), sd[p + "gate.weight"].float()))  # (L, E)
     routing = scores + sd[p + "gate.expert_bias"]
     groups = routing.view(len(x), c["n_group"], -1).topk(2, dim=-1)[0].sum(-1)
     chosen = torch.topk(groups, k=c["topk_group"], dim=-1, sorted=False)[1]
     gmask = torch.zeros_like(groups).scatter_(1, chosen, 1)
     smask = gmask.unsqueeze(-1).expand(len(x), c["n_group"], c["num_experts"] // c["n_group"]).reshape(len(x), -1)
-    idx = routing.masked_fill(~smask.bool(), float("-inf")).topk(c["num_experts_per_tok"], dim=-1)[1]
-    weight = scores.gather(1, idx)
-    weight = weight / (weight.sum(-1, keepdim=True) + 1e-20) * c["routed_scaling_factor"]
-    y = torch.zeros(x.shape)
-    for t in range(len(x)):
-        for slot in range(idx.shape[1]):
-            y[t] += expert(sd, f"{p}experts.{int(idx[t, slot])}.", x[t : t + 1])[0] * weight[t, slot]
+    idx = torch.topk(routing.masked_fill(~smask.bool(), float("-inf")), k=c["num_experts_per_tok"], dim=-1)[1]
+    weight = torch.gather(scores, 1, idx)
+    return idx, weight / (weight.sum(-1, keepdim=True) + 1e-20) * c["routed_scaling_factor"]
+
+
+def sparse(sd, p, x):
+    idx, weight = route(sd, p, x)  # (L, k)
+    counts = idx.new_zeros((len(x), CONFIG["num_experts"])).scatter_(1, idx, 1).sum(0).tolist()
+    order = idx.view(-1).argsort()
+    tokens, outs, start = x[order // idx.shape[1]], [], 0
+    for e, n in enumerate(counts):
+        if n:
+            outs.append(expert(sd, f"{p}experts.{e}.", tokens[start : start + n]))
+            start += n
+    done = torch.empty_like(tokens)
+    done[order] = torch.cat(outs)
+    y = done.view(*idx.shape, -1).float().mul_(weight.unsqueeze(-1)).sum(dim=1)
     return y + expert(sd, p + "shared_experts.", x)
 
 
-def reference_logits(sd, ids):
-    """The whole sequence under the block-diffusion mask."""
-    c, n = CONFIG, len(ids)
+def reference_logits(sd, ids, c=CONFIG):
+    """The whole sequence under the block-diffusion mask, as its generate runs its window each step."""
+    n = len(ids)
     hd, heads, kv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
     pos = torch.arange(n)
-    allowed = (pos[None, :] // BLOCK) <= (pos[:, None] // BLOCK)
-    x = sd["model.word_embeddings.weight"][ids]
+    mask = ((pos[None, :] // BLOCK) <= (pos[:, None] // BLOCK)).float().log()[None, None]  # 0 / -inf
+    x = sd["model.word_embeddings.weight"][ids][None]  # (1, n, d)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms(x, sd[p + "input_layernorm.weight"])
-        qkv = (h @ sd[p + "attention.query_key_value.weight"].T).view(n, heads + 2 * kv, hd).transpose(0, 1)
-        q, k, v = qkv[:heads], qkv[heads : heads + kv], qkv[heads + kv :]
+        qkv = F.linear(h, sd[p + "attention.query_key_value.weight"]).view(1, n, heads + 2 * kv, hd)
+        q, k, v = (t.transpose(1, 2) for t in qkv.split([heads, kv, kv], dim=2))
         q, k = rms(q, sd[p + "attention.query_layernorm.weight"]), rms(k, sd[p + "attention.key_layernorm.weight"])
         rot = int(hd * c["partial_rotary_factor"])
         q, k = rope(q, pos, rot, c["rope_theta"]), rope(k, pos, rot, c["rope_theta"])
-        k, v = k.repeat_interleave(heads // kv, 0), v.repeat_interleave(heads // kv, 0)
-        att = (q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(~allowed, float("-inf")).softmax(-1)
-        x = x + (att @ v).transpose(0, 1).reshape(n, heads * hd) @ sd[p + "attention.dense.weight"].T
+        k, v = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=hd**-0.5)
+        x = x + F.linear(att.transpose(1, 2).reshape(1, n, heads * hd), sd[p + "attention.dense.weight"])
         h = rms(x, sd[p + "post_attention_layernorm.weight"])
-        x = x + (expert(sd, p + "mlp.", h) if i < c["first_k_dense_replace"] else sparse(sd, p + "mlp.", h))
-    return rms(x, sd["model.norm.weight"]) @ sd["lm_head.weight"].T
+        dense = i < c["first_k_dense_replace"]
+        x = x + (expert(sd, p + "mlp.", h) if dense else sparse(sd, p + "mlp.", h[0])[None])
+    return F.linear(rms(x, sd["model.norm.weight"]), sd["lm_head.weight"])[0]  # (n, V)
 
 
 def reference_generate(sd, prompt, gen_length, steps=32, threshold=0.95):
@@ -233,23 +250,55 @@ def test_the_folder_loads_as_llada2_without_remote_code(dlm):
     assert dlm.decoder == "dynamic" and dlm.decoder_options == {"steps": 32, "threshold": 0.95}
 
 
-def test_logits_are_the_reference_s_block_by_block(weights, dlm):
+def block_logits(dlm, weights, recompute, config=CONFIG):
+    """(ours, theirs) of each block of a canvas, scored as a decode scores it, against the reference's window."""
     ids = torch.randint(2, MASK, (3 * BLOCK + 5,), generator=torch.Generator().manual_seed(1))
     canvas = ids.clone()
     canvas[40:] = MASK  # the prompt's tail of 8 in the second block
-    predict = BlockPredict(dlm.blocks, canvas, MASK)
+    predict = BlockPredict(dlm.blocks, canvas, MASK, recompute=recompute)
     assert predict.starts == (32, 64, 96)
+    pairs = []
     for a in predict.starts:
-        shown = ids.clone()
+        shown = torch.cat([ids, torch.full((BLOCK,), MASK)])  # a last block cut short is seen whole, padded
         shown[max(a, 40)] = MASK
         shown[a + BLOCK :] = MASK
-        ours = predict(shown)[a : a + BLOCK]
-        shown = torch.cat(
-            [shown, torch.full((BLOCK,), MASK)]
-        )  # a last block cut short is seen whole, padded with holes
-        expected = reference_logits(weights, shown[: a + BLOCK])[a : a + len(ours)]
-        torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-4)  # logits of size ~10: float32 rounding
+        ours = predict(shown[: len(ids)])[a : a + BLOCK]
+        pairs.append((ours, reference_logits(weights, shown[: a + BLOCK], config)[a : a + len(ours)]))
         assert predict.session.length == a
+    return pairs
+
+
+def test_logits_recomputed_as_its_generate_does_are_the_reference_s_bit_for_bit(weights, dlm):
+    """Run as its generate runs (the window up to the block in one forward each call), every block's logits equal
+    the reference's bit for bit (float32, torch.equal)."""
+    for ours, theirs in block_logits(dlm, weights, recompute=True):
+        assert torch.equal(ours, theirs), f"{(ours - theirs).abs().max().item():.3g} apart"
+
+
+def test_logits_with_the_exact_cache(weights, dlm):
+    """With the exact cache, the first block (the prompt in the same forward) is bit for bit the reference's;
+    a later one differs in the last bits: its generate recomputes the prefix every step, each expert then
+    multiplying a batch of every window token routed to it, where the cache ran the block's alone, and this
+    CPU's float32 matmul rounds a row by its batch's row count (test_without_experts_the_cache_is_bit_exact)."""
+    (first, theirs), *later = block_logits(dlm, weights, recompute=False)
+    assert torch.equal(first, theirs)
+    for ours, theirs in later:
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-5)  # logits of size ~10
+
+
+def test_without_experts_the_cache_is_bit_exact(tmp_path):
+    """The same model with dense layers only: every block's logits with the exact cache equal the reference's
+    recomputed window bit for bit, so the experts' batches are the one op the cache rounds differently."""
+    from safetensors.torch import save_file
+
+    dense = dict(CONFIG, first_k_dense_replace=CONFIG["num_hidden_layers"])
+    weights = random_weights(dense)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(dense))
+    char_tokenizer().save_pretrained(tmp_path)
+    dlm = models.load(str(tmp_path), device="cpu", dtype="float32")
+    for ours, theirs in block_logits(dlm, weights, recompute=False, config=dense):
+        assert torch.equal(ours, theirs), f"{(ours - theirs).abs().max().item():.3g} apart"
 
 
 @pytest.mark.parametrize(("length", "options"), [(49, {}), (40, {"threshold": 0.012}), (40, {"steps": 8})])

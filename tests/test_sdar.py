@@ -1,4 +1,4 @@
-"""SDAR (dense and MoE): loaded from a folder, its logits those of a restated reference, its default decoder
+"""SDAR (dense and MoE): loaded from a folder, its logits bit for bit those of a restated reference, its default decoder
 giving exactly the tokens of its generate.py rule, and the exact cache's FLOPs against recomputing the canvas.
 
 The references below are our own restatements, in plain torch, of SDAR's modeling_sdar.py (Qwen3 layers
@@ -95,72 +95,100 @@ def dlm(family):
 
 
 # ---------------------------------------------------------------- the restated reference (modeling_sdar.py)
+# Op for op as modeling_sdar.py runs at inference, on the CPU: its RMSNorm's torch formula (flash_attn's triton
+# rms_norm_fn on a GPU), its rotary tables (inverse frequencies times positions as a matmul), F.linear, and
+# attention through F.scaled_dot_product_attention with its scale and enable_gqa: with the block mask where its
+# prefill runs it, unmasked where a block sees every key (flash_attn_func there on a GPU, which a CPU lacks).
 
 
 def rms(x, w, eps=1e-6):
-    h = x.float()
-    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
 
 
-def rotate(x, pos, hd, theta=10000.0):
-    inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-    ang = pos[:, None].float() * inv[None]  # (L, hd/2)
-    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
-    half = torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1)
+def rotary(pos, hd, theta=10000.0):
+    """cos, sin (1, 1, L, hd)."""
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    freqs = (inv[None, :, None] @ pos[None, None, :].float()).transpose(1, 2)  # (1, L, hd/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[:, None], emb.sin()[:, None]
+
+
+def rotate(x, cos, sin):
+    half = torch.cat((-x[..., x.shape[-1] // 2 :], x[..., : x.shape[-1] // 2]), dim=-1)
     return x * cos + half * sin
 
 
 def moe(sd, p, x):
-    probs = F.softmax(x @ sd[p + "gate.weight"].T, dim=-1, dtype=torch.float)  # (L, E)
+    """Qwen3-MoE's block: softmax router, top-k renormalised, each routed expert on its tokens, summed in."""
+    probs = F.softmax(F.linear(x, sd[p + "gate.weight"]), dim=-1, dtype=torch.float)  # (L, E)
     w, idx = probs.topk(MOE["num_experts_per_tok"], dim=-1)
     w = (w / w.sum(-1, keepdim=True)).to(x.dtype)
     out = torch.zeros_like(x)
     for e in range(MOE["num_experts"]):
-        gate, up = (x @ sd[p + "experts.gate_up_proj"][e].T).chunk(2, dim=-1)
-        y = (F.silu(gate) * up) @ sd[p + "experts.down_proj"][e].T  # (L, d)
-        out += y * (w * (idx == e)).sum(-1, keepdim=True)
+        slot, tok = torch.where(idx.T == e)
+        if len(tok):
+            gate, up = F.linear(x[tok], sd[p + "experts.gate_up_proj"][e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, sd[p + "experts.down_proj"][e])  # (n_e, d)
+            out.index_add_(0, tok, y * w[tok, slot, None])
     return out
 
 
-def reference_logits(sd, ids, moe_layers: bool):
-    """Logits of the whole sequence under the block-diffusion mask (a query sees keys of its block and before)."""
+def forward(sd, ids, start, cache, moe_layers, mask=None, store=False):
+    """Logits (n, V) of tokens at positions start.. after the cached keys (one (k, v) per layer); `store` keeps
+    theirs (its store_kv=True), `mask` (1, 1, n, K) bool is its prefill's block mask."""
     n, hd, heads, kv = len(ids), 16, 4, 2
-    pos = torch.arange(n)
-    allowed = (pos[None, :] // BLOCK) <= (pos[:, None] // BLOCK)  # (L, L)
-    x = sd["model.embed_tokens.weight"][ids]
+    cos, sin = rotary(torch.arange(start, start + n), hd)
+    x = sd["model.embed_tokens.weight"][ids][None]  # (1, n, d)
     for i in range(SIZES["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms(x, sd[p + "input_layernorm.weight"])
-        q = rms((h @ sd[p + "self_attn.q_proj.weight"].T).view(n, heads, hd), sd[p + "self_attn.q_norm.weight"])
-        k = rms((h @ sd[p + "self_attn.k_proj.weight"].T).view(n, kv, hd), sd[p + "self_attn.k_norm.weight"])
-        v = (h @ sd[p + "self_attn.v_proj.weight"].T).view(n, kv, hd)
-        q, k = rotate(q.transpose(0, 1), pos, hd), rotate(k.transpose(0, 1), pos, hd)
-        k, v = k.repeat_interleave(heads // kv, 0), v.transpose(0, 1).repeat_interleave(heads // kv, 0)
-        att = (q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(~allowed, float("-inf")).softmax(-1)
-        x = x + (att @ v).transpose(0, 1).reshape(n, heads * hd) @ sd[p + "self_attn.o_proj.weight"].T
+        q = rms(F.linear(h, sd[p + "self_attn.q_proj.weight"]).view(1, n, heads, hd), sd[p + "self_attn.q_norm.weight"])
+        k = rms(F.linear(h, sd[p + "self_attn.k_proj.weight"]).view(1, n, kv, hd), sd[p + "self_attn.k_norm.weight"])
+        v = F.linear(h, sd[p + "self_attn.v_proj.weight"]).view(1, n, kv, hd).transpose(1, 2)
+        q, k = rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin)
+        if len(cache) > i:
+            k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+        if store:
+            cache[i : i + 1] = [(k, v)]
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=hd**-0.5, enable_gqa=True)
+        x = x + F.linear(att.transpose(1, 2).reshape(1, n, heads * hd), sd[p + "self_attn.o_proj.weight"])
         h = rms(x, sd[p + "post_attention_layernorm.weight"])
         if moe_layers:
-            x = x + moe(sd, p + "mlp.", h)
+            x = x + moe(sd, p + "mlp.", h[0])[None]
         else:
-            g, u = h @ sd[p + "mlp.gate_proj.weight"].T, h @ sd[p + "mlp.up_proj.weight"].T
-            x = x + (F.silu(g) * u) @ sd[p + "mlp.down_proj.weight"].T
-    return rms(x, sd["model.norm.weight"]) @ sd["lm_head.weight"].T  # (L, V)
+            g, u = F.linear(h, sd[p + "mlp.gate_proj.weight"]), F.linear(h, sd[p + "mlp.up_proj.weight"])
+            x = x + F.linear(F.silu(g) * u, sd[p + "mlp.down_proj.weight"])
+    return F.linear(rms(x, sd["model.norm.weight"]), sd["lm_head.weight"])[0]  # (n, V)
+
+
+def prefill(sd, ids, moe_layers):
+    """generate.py's prefill: the prompt's whole blocks in one forward under the block mask, their keys kept."""
+    cache, pos = [], torch.arange(len(ids))
+    if len(ids):
+        mask = ((pos[None, :] // BLOCK) <= (pos[:, None] // BLOCK))[None, None]
+        forward(sd, ids, 0, cache, moe_layers, mask=mask, store=True)
+    return cache
 
 
 def reference_generate(sd, prompt, gen_length, moe_layers, steps=4, threshold=0.85):
-    """generate.py's block_diffusion_generate at temperature 0 ('low_confidence_dynamic'), batch 1."""
+    """generate.py's block_diffusion_generate at temperature 0 ('low_confidence_dynamic'), batch 1: the prefill,
+    each block's calls against the cache (store_kv=False), then the finished block's store_kv forward."""
     n_blocks = (len(prompt) + gen_length + BLOCK - 1) // BLOCK
     x = torch.full((n_blocks * BLOCK,), MASK)
     x[: len(prompt)] = torch.tensor(prompt)
     schedule = [BLOCK // steps + (i < BLOCK % steps) for i in range(steps)]
-    for b in range(len(prompt) // BLOCK, n_blocks):
+    first = len(prompt) // BLOCK
+    cache = prefill(sd, x[: first * BLOCK], moe_layers)
+    for b in range(first, n_blocks):
         a, e = b * BLOCK, (b + 1) * BLOCK
-        for step in range(steps):
+        for step in range(steps + 1):
             holes = x[a:e] == MASK
             if not holes.any():
+                forward(sd, x[a:e], a, cache, moe_layers, store=True)
                 break
-            probs = reference_logits(sd, x[:e], moe_layers)[a:e].softmax(-1)
-            p, x0 = probs.max(-1)
+            p, x0 = forward(sd, x[a:e], a, cache, moe_layers).softmax(-1).max(-1)
             conf = torch.where(holes, p, torch.tensor(-math.inf))
             high = conf > threshold
             take = (
@@ -183,28 +211,26 @@ def test_the_folder_loads_as_sdar_with_its_rule(dlm):
     assert dlm.decoder == "dynamic" and dlm.decoder_options == {"steps": 4, "threshold": 0.85}
 
 
-def test_logits_are_the_reference_s_block_by_block(family, dlm):
-    """Each block scored against the cache of the blocks before it equals the reference over the whole
-    sequence under the block-diffusion mask (float32; the cached path runs other matmul shapes)."""
+def test_logits_are_the_reference_s_bit_for_bit_block_by_block(family, dlm):
+    """Each block scored against the cache of the blocks before it equals, bit for bit (float32, torch.equal),
+    the restated reference run as generate.py runs it: the prompt's whole blocks prefilled, each block's call
+    against the cache, each finished block stored by a forward of its own."""
     _, sd, moe_layers = family
     ids = torch.randint(2, MASK, (6 * BLOCK + 2,), generator=torch.Generator().manual_seed(1))
-    theirs = reference_logits(sd, ids, moe_layers)
     canvas = ids.clone()
     canvas[9:] = MASK  # prompt of 9: its third block holds its tail
     predict = BlockPredict(dlm.blocks, canvas, MASK)
     assert predict.starts == tuple(range(8, len(ids), BLOCK))
+    cache = prefill(sd, ids[:8], moe_layers)
     for a in predict.starts:
-        shown = ids.clone()
+        shown = torch.cat([ids, torch.full((BLOCK,), MASK)])  # a last block cut short is seen whole, padded
         shown[max(a, 9)] = MASK  # a hole in block a: the active one
         shown[a + BLOCK :] = MASK
-        ours = predict(shown)[a : a + BLOCK]
-        shown = torch.cat(
-            [shown, torch.full((BLOCK,), MASK)]
-        )  # a last block cut short is seen whole, padded with holes
-        expected = reference_logits(sd, shown[: a + BLOCK], moe_layers)[a : a + len(ours)]
-        torch.testing.assert_close(ours, expected, rtol=0, atol=2e-5)
+        ours = predict(shown[: len(ids)])[a : a + BLOCK]
+        theirs = forward(sd, shown[a : a + BLOCK], a, cache, moe_layers)[: len(ours)]
+        assert torch.equal(ours, theirs), f"block at {a}: {(ours - theirs).abs().max().item():.3g} apart"
         assert predict.session.length == a, "the cache holds exactly the blocks before the active one"
-    assert theirs.shape == (len(ids), VOCAB)
+        forward(sd, ids[a : a + BLOCK], a, cache, moe_layers, store=True)  # the block finished as the canvas has it
 
 
 @pytest.mark.parametrize(("length", "threshold"), [(12, 0.85), (30, 0.85), (30, 0.012)])
@@ -224,13 +250,14 @@ def test_dynamic_gives_the_tokens_of_generate_py(family, dlm, length, threshold)
 
 
 def test_the_exact_cache_runs_each_block_once_after_the_prompt(family, dlm):
-    """Counted forwards of a decode: the prompt's whole blocks once, each finished block once (with the next),
-    each call the block's positions; FLOPs against recomputing the whole canvas at every call."""
+    """Counted forwards of a decode: the prompt's whole blocks once, each finished block once (in a forward of its
+    own, as generate.py stores it), each call the block's positions; FLOPs against recomputing the whole canvas
+    at every call."""
     assert len(dlm.tokenizer.encode(PROMPT)) == 15  # 3 whole blocks, the tail in the 4th
     job = fill.generate_job(PROMPT, dlm, RunSettings(decoder=None, length=17), chat=False)
     result = job.run()
     forwards = job.block_predict.session.forwards
-    assert len(forwards) == result.calls
+    assert len(forwards) == result.calls + len(job.block_predict.starts)  # the prefill, each finished block
     assert sum(q for q, _ in forwards) == 12 + 4 * result.calls + 4 * (len(job.block_predict.starts) - 1)
     ratio = full_canvas_flops(dlm.blocks.cost, len(result.canvas), result.calls) / job.block_predict.flops
     assert ratio > 2

@@ -50,8 +50,13 @@ class PendingSession:
 
     Finished tokens wait (`pending`) and run with the next block, in one forward under the
     block-causal mask; that block's own keys are then dropped again, so the cache holds only
-    finished tokens. A family writes `forward` (the model on those tokens) and `crop` (its cache
-    cut to the first n tokens)."""
+    finished tokens. A family whose own generate stores them by a forward of their own (`apart`:
+    SDAR's prefill and store_kv forwards) runs them so, for its logits to be that generate's bit
+    for bit: a float32 attention row rounds by how many keys it sees, masked ones included. A
+    family writes `forward` (the model on those tokens) and `crop` (its cache cut to the first n
+    tokens)."""
+
+    apart = False  # finished tokens in a forward of their own, before the block's
 
     def __init__(self, device: torch.device, size: int) -> None:
         self.device, self.size = device, size
@@ -75,16 +80,29 @@ class PendingSession:
 
     def run(self, ids: Tensor) -> Tensor:
         """(n,) the active block after everything cached -> (n, V) logits; the block leaves no keys behind."""
+        if self.apart and len(self.pending):
+            self.store()
         x = torch.cat([self.pending, ids.cpu()]).to(self.device)  # (m,)
         pos = torch.arange(self.stored, self.stored + len(x), device=self.device)  # (m,)
-        keys = torch.arange(0, self.stored + len(x), device=self.device)  # (K,)
-        seen = keys[None, :] // self.size <= pos[:, None] // self.size  # (m, K): block-causal
-        logits = self.forward(x, pos, seen)  # (m, V)
+        logits = self.forward(x, pos, self.seen(pos))  # (m, V)
         self.forwards.append((len(x), self.stored + len(x)))
         kept = self.stored + len(self.pending)
         self.crop(kept)
         self.stored, self.pending = kept, self.pending[:0]
         return logits[-len(ids) :].float()  # (n, V)
+
+    def seen(self, pos: Tensor) -> Tensor:
+        """(m, K) block-causal: which keys, the cached ones and the queries' own, each query at `pos` sees."""
+        keys = torch.arange(0, self.stored + len(pos), device=self.device)  # (K,)
+        return keys[None, :] // self.size <= pos[:, None] // self.size
+
+    def store(self) -> None:
+        """The finished tokens waiting, in a forward of their own: their keys and values join the cache."""
+        x = self.pending.to(self.device)  # (m,)
+        pos = torch.arange(self.stored, self.stored + len(x), device=self.device)
+        self.forward(x, pos, self.seen(pos))
+        self.forwards.append((len(x), self.stored + len(x)))
+        self.stored, self.pending = self.stored + len(x), self.pending[:0]
 
     def forward(self, x: Tensor, pos: Tensor, seen: Tensor) -> Tensor:
         """(m,) tokens at positions `pos`, after the cache, each query seeing the keys `seen` marks -> (m, V)

@@ -143,13 +143,18 @@ class Moe(nn.Module):
         self.shared_experts = Mlp(cfg.d, cfg.expert_inter * cfg.shared) if cfg.shared else None
 
     def forward(self, x: Tensor) -> Tensor:
+        """The reference's inference path (its moe_infer), op for op, so that float32 sums round as its do: the
+        (token, slot) pairs sorted by expert with its unstable argsort (a row's neighbours in an expert's batch change
+        how a small matmul rounds), each expert's rows in one batch, then the slots weighted and summed per token."""
         flat = x.reshape(-1, x.shape[-1])  # (T, d)
-        ids, weights = self.gate(flat)
-        out = torch.zeros(flat.shape, dtype=weights.dtype, device=flat.device)  # (T, d) summed in float32
-        for e in ids.unique().tolist():
-            rows, slot = (ids == e).nonzero(as_tuple=True)
-            out.index_add_(0, rows, self.experts[e](flat[rows]).to(weights.dtype) * weights[rows, slot, None])
-        y = out.to(x.dtype).view(x.shape)
+        ids, weights = self.gate(flat)  # (T, k)
+        order = ids.view(-1).argsort()  # (T*k,) pairs by expert
+        counts = torch.bincount(ids.view(-1), minlength=len(self.experts)).tolist()
+        rows = flat[order // ids.shape[1]]
+        outs = [self.experts[e](part) for e, part in enumerate(rows.split(counts)) if counts[e]]
+        done = torch.empty_like(rows)
+        done[order] = torch.cat(outs)
+        y = done.view(*ids.shape, -1).to(weights.dtype).mul_(weights[..., None]).sum(dim=1).to(x.dtype).view(x.shape)
         return y + self.shared_experts(x) if self.shared_experts is not None else y
 
 

@@ -9,9 +9,9 @@ multiples of the block size from position 0, the prompt's tail in the first one 
 generate.py), 4 positions unless config.json says otherwise. Its own rule is the `dynamic`
 decoder (low_confidence_dynamic: 4 steps a block, threshold 0.85, its generate.py defaults).
 
-A finished block goes into the cache with the next block's first call, in the same forward
-(its generate.py runs one more forward per block for that): the same keys and values,
-one call fewer a block.
+The prompt's whole blocks and each finished block go into the cache by forwards of their own,
+as its generate.py runs them (its prefill and store_kv forwards; `PendingSession.apart`), so
+that the logits are its bit for bit.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ def block_mask(seen: Tensor, dtype: torch.dtype) -> Tensor:
 
 class CausalSession(blocks.PendingSession):
     """One decode's block-causal model with its exact cache (blocks.Session) over a transformers causal LM."""
+
+    apart = True  # generate.py's prefill and store_kv forwards
 
     def __init__(self, model: Any, size: int) -> None:
         from transformers import DynamicCache
