@@ -20,7 +20,7 @@ import typer
 from dlmcode import models
 from dlmcode.bench import suites
 from dlmcode.core.entry import one_command
-from dlmcode.jobs import fill
+from dlmcode.jobs import fill, wiring
 from dlmcode.text import spans
 
 
@@ -31,9 +31,9 @@ def probe(suite: str, limit: int | None) -> list[dict]:
     for task in suites.load(suite, limit, dlm.tokenizer).tasks:
         n = max(1, len(dlm.tokenizer.encode(task.canonical or "")))
         plan = spans.plan_infill(f"{task.prompt}⟦fill:{n}⟧{task.suffix}", dlm.vocab, None, None)
-        decoder = fill.make_decoder("low-confidence", {"guard": "true"}, None)
+        decoder = wiring.make_decoder("low-confidence", {"guard": "true"}, None)
         start = time.perf_counter()
-        job = fill.Job(plan, dlm, decoder, 0, task.lang, originals=(task.canonical or "",))
+        job = wiring.wired(fill.Job(plan, dlm, decoder, 0, task.lang, originals=(task.canonical or "",)))
         seconds = time.perf_counter() - start
         completer = job.decoder.completer
         found = completer is not None and completer.witness is not None

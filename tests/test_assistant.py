@@ -18,7 +18,7 @@ from dlmcode.core import assistant as A
 from dlmcode.core.errors import ModelError, UsageError
 from dlmcode.decoders.codila import Codila
 from dlmcode.decoders.threshold import Threshold
-from dlmcode.jobs.fill import with_assistant
+from dlmcode.jobs.wiring import with_assistant
 from dlmcode.models import assistant_lm as MA
 from dlmcode.models import load
 from dlmcode.training import train_assistant as TA

@@ -19,7 +19,7 @@ from dlmcode import models
 from dlmcode.core.canvas import last
 from dlmcode.core.run import RunSettings
 from dlmcode.decoders import DECODERS, build
-from dlmcode.jobs import fill
+from dlmcode.jobs import fill, wiring
 from dlmcode.text import guard, spans, syntax
 
 pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
@@ -213,7 +213,7 @@ def completable(job: fill.Job, tokens: torch.Tensor) -> bool:
     )  # no model here: the draft adds nothing
     found = session.complete(tokens, draft, changed)
     if found is not None:
-        assert job.judge(found) == 0
+        assert job.guarding.judge(found) == 0
         assert torch.equal(found[tokens != job.plan.canvas.mask_id], tokens[tokens != job.plan.canvas.mask_id])
     return found is not None
 
@@ -262,7 +262,7 @@ def test_the_first_witness_parses_and_fits_the_holes(shipped):
         job = job_for(shipped, text)
         witness = job.decoder.completer.witness
         assert not bool((witness == shipped.mask_id).any())
-        assert job.judge(witness) == 0
+        assert job.guarding.judge(witness) == 0
 
 
 def test_code_that_cannot_parse_whatever_the_holes_hold_is_said_and_decoded_unguarded(shipped):
@@ -352,9 +352,11 @@ def random_job(rnd: random.Random, source: str, lang: str, dlm) -> fill.Job:
     cut = min(rnd.randrange(0, 9), len(lines[row]) - (at - sum(len(line) + 1 for line in lines[:row])))
     marked = source[:at] + f"⟦fill:{rnd.randint(1, 12)}⟧" + source[at + cut :]
     plan = spans.plan_infill(marked, dlm.vocab, None, None)
-    decoder = fill.make_decoder(name, run.options, None)
-    return fill.Job(
-        plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), processors=fill.exact_length(dlm)
+    decoder = wiring.make_decoder(name, run.options, None)
+    return wiring.wired(
+        fill.Job(
+            plan, dlm, decoder, run.seed, lang, originals=(source[at : at + cut],), processors=fill.exact_length(dlm)
+        )
     )
 
 
@@ -425,7 +427,7 @@ def test_the_judge_s_tree_sitter_first_look_agrees_with_the_full_rule(shipped):
                 tokens[p] = rnd.choice([t for t in pieces if t is not None])
         canvas = dataclasses.replace(job.plan.canvas, tokens=tokens, span=None)
         filled = spans.splice(job.plan, canvas, shipped.tokenizer, drop_ids=shipped.special_ids)
-        assert (job.judge(tokens) == 0) == (not job.breakage(filled, filled.text).broken)
+        assert (job.guarding.judge(tokens) == 0) == (not job.breakage(filled, filled.text).broken)
 
 
 # ---------------------------------------------------------------- first witnesses where the guard used to give up
@@ -458,7 +460,7 @@ def test_the_attack_classes_have_a_first_witness(shipped, lang, text):
     witness = job.decoder.completer.witness
     assert witness is not None, "no first witness: the decode would run unguarded"
     held = job.plan.canvas.tokens != shipped.mask_id
-    assert torch.equal(witness[held], job.plan.canvas.tokens[held]) and job.judge(witness) == 0
+    assert torch.equal(witness[held], job.plan.canvas.tokens[held]) and job.guarding.judge(witness) == 0
 
 
 def test_a_window_that_begins_inside_a_docstring_reads_the_literal_state_of_the_whole_text():

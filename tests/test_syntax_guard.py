@@ -15,7 +15,7 @@ from dlmcode.core.vocab import Vocab
 from dlmcode.decoders import build
 from dlmcode.decoders.factor import Factor
 from dlmcode.decoders.syntax_guard import SyntaxGuard
-from dlmcode.jobs import fill
+from dlmcode.jobs import fill, wiring
 from dlmcode.text import spans
 from dlmcode.text.oracle import Verdict
 
@@ -194,10 +194,10 @@ def test_a_job_without_a_language_says_so_in_one_line():
     plan = spans.plan_infill("x = ⟦fill:2⟧\n", Vocab(Tok(), 0, 100), None, None)
     dlm = SimpleNamespace(tokenizer=Tok(), special_ids=frozenset(), predict=None)
     with pytest.raises(UsageError, match=r"^decoder 'syntax-guard' needs the code's language: name it with --lang"):
-        fill.Job(plan, dlm, build("syntax-guard"), 0, None)
-    job = fill.Job(plan, dlm, build("syntax-guard"), 0, "python")
+        wiring.wired(fill.Job(plan, dlm, build("syntax-guard"), 0, None))
+    job = wiring.wired(fill.Job(plan, dlm, build("syntax-guard"), 0, "python"))
     assert job.decoder.oracle is not None and job.decoder.oracle.lang == "python"
-    plain = fill.Job(plan, dlm, build("factor"), 0, None)
+    plain = wiring.wired(fill.Job(plan, dlm, build("factor"), 0, None))
     assert plain.decoder == build("factor")
 
 

@@ -136,7 +136,7 @@ def cost(dlm: Dlm, files: tuple[str, ...] = FILES, n: int = PLACES) -> Iterator[
                 row.calls += result.calls
                 row.guard_s += stats.seconds
                 row.first_s += stats.first
-                row.judge_s += job.judged.seconds
+                row.judge_s += job.guarding.judged.seconds
                 row.checks += stats.checks
                 row.unguarded += result.guard is None
                 row.broken += bool(result.breakage and result.breakage.broken)

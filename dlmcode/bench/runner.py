@@ -30,8 +30,7 @@ from ..core import contracts, settings
 from ..core.canvas import Decoder
 from ..core.errors import DlmcodeError, InputError, UsageError
 from ..core.run import AUTO, CacheSettings, RunSettings
-from ..jobs import batch, fill, processors
-from ..jobs.fill import with_assistant
+from ..jobs import batch, fill, processors, wiring
 from ..models import cache as kvcache
 from ..models.base import Dlm
 from ..text import spans, syntax, trivial
@@ -141,7 +140,7 @@ def _points(
         point = dict(zip(own, values, strict=True))
         options = {k: v for k, v in given.items() if k in _fields(name)} | point
         run = {k: options.pop(k) for k in RUN_SETTINGS if k in options}
-        decoder = fill.make_decoder(name, options, temperature)
+        decoder = wiring.make_decoder(name, options, temperature)
         yield Config(name, decoder, point, cache_settings(run, getattr(decoder, "block", 0)))
 
 
@@ -177,14 +176,16 @@ class Infill:
             raise InputError(f"task {task.task_id}: its text contains ⟦fill⟧ markers")
         model = config.model(dlm)
         # The hidden middle is the user's text for the hole, as a --span's lines are.
-        return fill.Job(
-            plan,
-            model,
-            config.decoder,
-            seed,
-            task.lang,
-            originals=(task.canonical or "",),
-            processors=processors.exact_length(model),
+        return wiring.wired(
+            fill.Job(
+                plan,
+                model,
+                config.decoder,
+                seed,
+                task.lang,
+                originals=(task.canonical or "",),
+                processors=processors.exact_length(model),
+            )
         )
 
     def unknown(self, task: Task, config: Config, dlm: Dlm, seed: int) -> fill.Job:
@@ -707,7 +708,7 @@ def attach_all(configs: list[Config], dlm: Dlm, strict: bool) -> tuple[list[Conf
     kept, skipped = [], []
     for config in configs:
         try:
-            kept.append(dataclasses.replace(config, decoder=with_assistant(config.decoder, dlm)))
+            kept.append(dataclasses.replace(config, decoder=wiring.with_assistant(config.decoder, dlm)))
         except DlmcodeError as err:
             if strict:
                 raise

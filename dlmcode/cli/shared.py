@@ -97,9 +97,9 @@ def decoder_checked(run: RunSettings, quiet: bool) -> RunSettings:
     """`run`, once its decoder and settings are known good: the registry imports torch, so this
     comes after every cheaper check and before the model loads."""
     with starting(quiet):
-        from ..jobs import fill
+        from ..jobs import wiring
     if run.decoder is not None:  # the family's own decoder is known once the model loads
-        fill.make_decoder(run.decoder, run.options, run.temperature)
+        wiring.make_decoder(run.decoder, run.options, run.temperature)
     return run
 
 

@@ -16,7 +16,8 @@ from rich.text import Text
 
 from .. import decoders
 from ..core.canvas import Step, last
-from ..jobs.fill import Job, Result
+from ..jobs import guarding
+from ..jobs.job import Job, Result
 
 HOLE = "░"  # how a hole is drawn
 REOPENED = "▒"  # how a hole is drawn that held a committed token until a decoder took it back
@@ -96,7 +97,7 @@ class CanvasView:
         calls = step.calls if step else 0
         filled = self.total - (step.canvas.n_holes if step else self.total)
         tpf = filled / calls if calls else 0.0
-        completer = self.job.built_guard
+        completer = guarding.built(self.job.decoder)
         name = decoders.name_of(self.job.decoder) + (" (guarded)" if completer is not None else "")
         taken = f" · reopened {self.reopened}" if self.reopened else ""
         stats = getattr(completer, "last", None)

@@ -1,7 +1,7 @@
 """CoDiLA's assistant as the decoder and the trainer see it: the contract, the block kernels,
 and the checks that it shares the dLLM's tokenizer. The models themselves (our tiny causal
 transformer, a Hugging Face causal LM) and their folders are in dlmcode/models/assistant_lm.py;
-handing one to a decoder is dlmcode/jobs/fill.py's `with_assistant`. This module imports no model code, so that
+handing one to a decoder is dlmcode/jobs/wiring.py's `with_assistant`. This module imports no model code, so that
 `import dlmcode.decoders` loads none (arXiv 2603.20216, sec. 3):
 
     input  = [E(open), pi_1 @ E, ..., pi_B @ E, E(close)]      soft embeddings, B + 2 long

@@ -4,7 +4,7 @@
 The things themselves are built above: the guard in dlmcode/text/guard.py, the oracle in
 dlmcode/text/oracle.py, an assistant in dlmcode/models/assistant_lm.py (its contract is
 core/assistant.Assistant). A decoder says what it takes by its fields (`guard` and `completer`,
-`oracle`, `assistant`); the job (dlmcode/jobs/fill.py) checks these protocols, never field names,
+`oracle`, `assistant`); the wiring (dlmcode/jobs/wiring.py) checks these protocols, never field names,
 and decoders/base.py's loops call only what is written here.
 """
 
@@ -67,7 +67,7 @@ class TakesOracle(Protocol):
 @runtime_checkable
 class TakesAssistant(Protocol):
     """A decoder that decodes blocks with an assistant (codila): None or a folder until the job loads
-    one (jobs/fill.with_assistant), then a core/assistant.Assistant."""
+    one (jobs/wiring.with_assistant), then a core/assistant.Assistant."""
 
     assistant: Any
 

@@ -9,7 +9,7 @@ is UNVERIFIED). One dLLM call per step; the assistant runs on all candidates in 
            the one most confident hole of the window by the dLLM;
   verify:  the dLLM's threshold schedule over the window's holes, with the confidence of holes
            where the assistant's top-1 differs from the dLLM's top-1 lowered (form UNVERIFIED).
-The assistant is passed in (`dataclasses.replace(decoder, assistant=...)`; dlmcode.jobs.fill.with_assistant
+The assistant is passed in (`dataclasses.replace(decoder, assistant=...)`; dlmcode.jobs.wiring.with_assistant
 does it for the CLI): decoders load nothing.
 """
 
@@ -68,7 +68,7 @@ class Codila(BaseDecoder):
             raise ModelError(f"codila needs an assistant for this model; {TRAIN_HINT}")
         if canvas.n_holes and isinstance(self.assistant, str):
             raise ModelError(
-                f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.jobs.fill.with_assistant"
+                f"codila: assistant {self.assistant!r} is a path; load it with dlmcode.jobs.wiring.with_assistant"
             )
         gate = open_gate(self, canvas)
         for index in range(canvas.n_holes):  # every step commits at least one hole (guarded too)

@@ -1,6 +1,6 @@
 """Batching behind `predict`: several decodes share each model forward; decoders never know.
 
-Each decode (a `fill.Job`) runs in its own worker thread. Its model's predict is `Routed`:
+Each decode (a `jobs/job.Job`) runs in its own worker thread. Its model's predict is `Routed`:
 inside a worker it hands its tokens to the `Batcher` and blocks; the Batcher waits until
 every running decode has asked (or finished), runs ONE batched forward over all the requests
 (`ForwardBatch`: right padding to the longest, a key-padding mask so padded positions are

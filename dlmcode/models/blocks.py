@@ -8,7 +8,7 @@ models). A family says how it does that with a `Blocks`: its block size, where i
 start on a canvas, whether its holes are mask tokens or noise, and `open()`, a fresh `Session`
 (the model with an empty cache) for one decode.
 
-`BlockPredict` is the `predict` a decoder gets for one decode (the job makes it, jobs/fill.py):
+`BlockPredict` is the `predict` a decoder gets for one decode (the job makes it, jobs/job.py):
 the active block is the one holding the first hole; everything before it goes into the
 session's cache (only what is not there yet; a changed token earlier drops the cache from
 there on, so the logits stay exact whatever a decoder does); only the block's positions run.
@@ -115,7 +115,7 @@ class PendingSession:
 
 
 class Ended(Exception):
-    """Raised by a block family's predict instead of running a block after the end of text (jobs/fill.py ends the
+    """Raised by a block family's predict instead of running a block after the end of text (jobs/job.py ends the
     decode there)."""
 
 

@@ -22,7 +22,7 @@ from ..core.errors import DlmcodeError, UsageError
 from ..core.run import check_batch
 from ..jobs import batch as batching
 from ..jobs import fill as jobs
-from ..jobs import sizing
+from ..jobs import sizing, wiring
 from ..jobs.processors import Remember
 from ..models.base import Dlm
 from ..text import syntax
@@ -45,7 +45,7 @@ class Answer:
     settings: Mapping[str, Any]
     breakage: dict[str, Any] | None  # of the text the client gets, against the file around it
     truncated: bool  # the context did not fit the model and was windowed
-    guard: dict[str, Any] | None = None  # what the guard did (jobs/fill.Job.guard_report); None: not asked
+    guard: dict[str, Any] | None = None  # what the guard did (jobs/guarding.JobGuard.report); None: not asked
 
     @property
     def tpf(self) -> float:
@@ -111,7 +111,7 @@ class Engine:
         options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
         options.setdefault(GUARD, self.options.get(GUARD, True))  # guarded unless the server or request says no
         try:
-            return jobs.make_decoder(
+            return wiring.make_decoder(
                 req.decoder or self.decoder, {k: text(v) for k, v in options.items()}, req.temperature
             )
         except UsageError as err:
@@ -158,7 +158,7 @@ class Engine:
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(
-            job.plan.positions[0], ends, complete, deadline, cancel or threading.Event(), settle=job.ending
+            job.plan.positions[0], ends, complete, deadline, cancel or threading.Event(), settle=job.guarding.ending
         )  # an early end commits what the guard passes
         sent: list[str] = []  # what `emit` was given
         stream = steps.bounded(following(job, bounds), remember, bounds)
@@ -252,7 +252,7 @@ class Engine:
             decoders.settings_of(job.decoder),
             kept.breakage.to_dict() if kept.breakage else None,
             truncated,
-            job.guard_report(),
+            job.guarding.report(),
         )
 
     def lines_of(self, req: Fill) -> int:

@@ -144,7 +144,7 @@ class Cut:
 class Splice:
     """Rules 0 and 2-4 for one request, on a fill's token ids: what the client will splice.
 
-    One function for the answer and for the guard's judge (jobs/fill.Client), so that the text the
+    One function for the answer and for the guard's judge (jobs/guarding.Client), so that the text the
     guard passes is the text the client gets: healed whitespace, line, stop and indent cuts included."""
 
     tokenizer: Any

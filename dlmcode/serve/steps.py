@@ -50,7 +50,7 @@ class Bounds:
     deadline: float | None = None  # time.perf_counter() value
     cancel: threading.Event = field(default_factory=threading.Event)
     reason: str = FULL
-    # (canvas tokens, ids proposed at its holes) -> the ids to commit there: the guard's (jobs/fill.Job.ending)
+    # (canvas tokens, ids proposed at its holes) -> the ids to commit there: the guard's (jobs/guarding.JobGuard.ending)
     settle: Callable[[Tensor, Tensor], Tensor] | None = None
 
 

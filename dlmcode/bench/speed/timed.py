@@ -18,7 +18,7 @@ from ... import decoders
 from ...core import contracts
 from ...core.canvas import Canvas, Predict, last, logits_at
 from ...core.errors import DlmcodeError
-from ...jobs.fill import counting
+from ...jobs.job import counting
 from ...models import cache as kvcache
 from ...models.base import Dlm
 from ...models.blocks import BlockPredict, full_canvas_flops
@@ -123,7 +123,7 @@ def options_for(name: str, block: int) -> dict[str, int]:
 
 def make_decoder(name: str, block: int, dlm: Dlm, guard: bool = False) -> decoders.Decoder:
     """The decoder with `options_for` settings (guarded if asked); codila gets its assistant (dlmcode.jobs.attach)."""
-    from ...jobs.fill import with_assistant
+    from ...jobs.wiring import with_assistant
 
     return with_assistant(decoders.build(name, options_for(name, block) | ({"guard": True} if guard else {})), dlm)
 
@@ -184,7 +184,7 @@ def guard_time(decoder: decoders.Decoder, calls: int) -> float | None:
 def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
     """A decoder that takes a syntax oracle (syntax-guard) or runs guarded gets them for `start` (Python
     prompt, then holes) as a job gives them: a generate job's, the completion cut at end-of-text."""
-    from ...jobs import fill
+    from ...jobs import job, wiring
     from ...text import oracle, spans
 
     if not (oracle.wants(decoder) or contracts.guarded(decoder)):
@@ -193,7 +193,7 @@ def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Deco
     prompt = len(start.tokens) - n
     text = dlm.tokenizer.decode([i for i in start.tokens[:prompt].tolist() if i != dlm.bos_id])
     plan = spans.Plan(text, start, (spans.Hole(len(text), len(text), n),), (range(prompt, prompt + n),), (0, len(text)))
-    return fill.Job(plan, dlm, decoder, 0, "python", trim_at=dlm.eos_id).decoder
+    return wiring.wired(job.Job(plan, dlm, decoder, 0, "python", trim_at=dlm.eos_id)).decoder
 
 
 def fastest(
