@@ -268,6 +268,28 @@ def test_resume_is_exact(mini_stdlib, tmp_path):
     assert losses(resumed) == {k: v for k, v in losses(straight).items() if k > 6}
 
 
+def test_a_portable_checkpoint_is_half_the_size_and_resumes_in_another_folder(mini_stdlib, tmp_path):
+    """train.portable: bf16 weights and moments; placed as another run folder's ckpt.pt it resumes at the
+    saved step on the same batches, its losses within bf16 rounding of an uninterrupted run's."""
+    kw = dict(steps=6, log_every=1, warmup_steps=2, seed=2)
+    straight = list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=6, **kw)))
+    list(T.train(micro(mini_stdlib, tmp_path / "b", max_steps=3, **kw)))
+    (tmp_path / "c").mkdir()
+    T.portable(tmp_path / "b" / "ckpt.pt", tmp_path / "c" / "ckpt.pt")
+    shutil.copy(tmp_path / "b" / "tokenizer.json", tmp_path / "c" / "tokenizer.json")
+    full, half = ((tmp_path / d / "ckpt.pt").stat().st_size for d in "bc")
+    assert half < 0.6 * full
+    resumed = list(T.train(micro(mini_stdlib, tmp_path / "c", max_steps=6, **kw)))
+    assert next(r for r in resumed if r.get("event") == "resumed")["step"] == 3
+
+    def losses(records):
+        return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+    assert sorted(losses(resumed)) == [4, 5, 6]
+    for step, loss in losses(resumed).items():
+        assert loss == pytest.approx(losses(straight)[step], rel=0.02)
+
+
 def test_training_from_a_tokenized_corpus(tmp_path):
     """data=DIR trains on `python -m dlmcode.training.corpus tokenize`'s folder, validation split kept apart."""
     from dlmcode.training.corpus import build, tokens
@@ -292,6 +314,52 @@ def test_training_from_a_tokenized_corpus(tmp_path):
     assert records[-1]["event"] == "done" and records[-1]["step"] == 4
     with pytest.raises(UsageError, match="384 tokens"):
         list(T.train(replace(cfg, vocab_size=512, out=str(tmp_path / "run2"))))
+
+
+def test_tokenize_a_fraction_keeps_a_fixed_share_of_training_files_and_every_validation_file(tmp_path):
+    """fraction=0.25: about a quarter of the training files (the same ones on every run), all validation files."""
+    from dlmcode.training.corpus import build, tokens
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    files = [
+        build.File("pkg", "1", f"pkg/m{i}.py", f"def f{i}(x):\n    return x + {i}\n", "train") for i in range(1000)
+    ]
+    build.write_jsonl(corpus / "train.jsonl.gz", files)
+    tok = tmp_path / "tok"
+    part = list(tokens.tokenize(corpus, tok, vocab_size=300, fraction=0.25))[-1]
+    kept = [f for f in files if not tokens.is_valid(f.path) and tokens.in_fraction(f.path, 0.25)]
+    assert part["files_train"] == len(kept) and 200 < len(kept) < 300 and part["fraction"] == 0.25
+    assert part["files_valid"] == 7  # the validation split is never thinned
+    meta, train_ids, valid_ids = tokens.load(tok)
+    assert (train_ids == D.BOS).sum() == len(kept) and (valid_ids == D.EOS).sum() == 7
+    again = list(tokens.tokenize(corpus, tmp_path / "again", tokenizer_path=tok / "tokenizer.json", fraction=0.25))
+    assert np.array_equal(tokens.load(tmp_path / "again")[1], train_ids)  # the same share, the same stream
+    with pytest.raises(UsageError, match="fraction"):
+        list(tokens.tokenize(corpus, tmp_path / "none", fraction=0.0))
+    assert again[-1]["files_train"] == len(kept)
+
+
+def test_expand_lr_mult_scales_only_the_expand_rows_step(mini_stdlib, tmp_path):
+    """expand_lr_mult=10: from the same start and batch, [EXPAND]'s row takes 10x the step; every other weight
+    takes exactly the step it takes at 1."""
+    list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=2)))
+    ends = {}
+    for mult in (1.0, 10.0):
+        out = tmp_path / f"m{mult}"
+        out.mkdir()
+        shutil.copy(tmp_path / "a" / "tokenizer.json", out / "tokenizer.json")
+        cfg = micro(mini_stdlib, out, max_steps=1, expand=True, init=str(tmp_path / "a" / "best"), expand_lr_mult=mult)
+        list(T.train(cfg))
+        ends[mult] = builtin.load_model(out / "last", torch.device("cpu"), torch.float32).state_dict()
+    start = builtin.load_model(tmp_path / "a" / "best", torch.device("cpu"), torch.float32).embed.weight.mean(0)
+    step = {m: w["embed.weight"][384] - start for m, w in ends.items()}
+    assert step[1.0].abs().max() > 0 and torch.allclose(step[10.0], 10 * step[1.0], atol=1e-6)
+    for key, value in ends[1.0].items():
+        other = ends[10.0][key]
+        if key == "embed.weight":
+            value, other = value[:384], other[:384]
+        assert torch.equal(value, other), key
 
 
 def test_v2_defaults_fit_the_size_budget_and_a_512_token_canvas(tmp_path):

@@ -124,6 +124,7 @@ class TrainConfig:
     merge_static: float = 0.4  # with expand: share of middles merging at merge_prob (else scaled by 1 - masked share)
     max_deletes: int = 64  # with expand: most [PAD] (delete) targets after a middle (drawn from 0..max_deletes-1)
     max_middle_lines: int = 10  # with expand: most whole lines in a middle
+    expand_lr_mult: float = 1.0  # with expand: [EXPAND]'s embedding row takes this many times the optimizer's step
     init: str = (
         ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
     )
@@ -377,6 +378,28 @@ def initialise(model: DlmcodeDiffusionLM, folder: Path, tokenizer: BuiltinTokeni
     model.load_state_dict({k: v.to(device) for k, v in weights.items()})
 
 
+def portable(path: str | Path, dest: str | Path) -> Path:
+    """A copy of checkpoint `path` with every float tensor (weights, AdamW moments) in bf16: half the size,
+    small enough for a repository, and resumable anywhere by placing it as a run folder's ckpt.pt
+    (load_checkpoint casts the state back to the parameters' fp32). The step, data RNG and schedule
+    resume exactly; the weights and moments continue from their bf16 rounding (the shipped precision)."""
+
+    def half(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() > 0:
+            return value.to(torch.bfloat16)
+        if isinstance(value, dict):
+            return {k: half(v) for k, v in value.items()}
+        return value
+
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    ck["model"], ck["optimizer"] = half(ck["model"]), half(ck["optimizer"])
+    dest = Path(dest)
+    tmp = dest.with_suffix(".tmp")
+    torch.save(ck, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
 def load_checkpoint(path: Path, model, opt, rng: np.random.Generator) -> dict:
     ck = torch.load(path, map_location="cpu", weights_only=False)
     model.load_state_dict(ck["model"])
@@ -542,7 +565,8 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            with faster_expand_row(model, cfg):
+                opt.step()
             state["step"] += 1
             state["elapsed"] += time.perf_counter() - t0
             state["tokens"] += inp.numel()
@@ -558,6 +582,23 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
                 window.restart()  # the checkpoint's time is not training throughput
     yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
     yield {"event": "done", **state}
+
+
+@contextlib.contextmanager
+def faster_expand_row(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> Iterator[None]:
+    """Scale the optimizer's step on [EXPAND]'s embedding row by `expand_lr_mult`. Continuing a trained
+    model, the lr is kept low so its weights move little, but the new row starts from the mean
+    embedding and must travel far: AdamW's step is about lr a coordinate whatever the gradient's size,
+    so the row gets mult x that step (its moments stay the optimizer's own; embeddings have no decay)."""
+    mult = cfg.expand_lr_mult if cfg.expand else 1.0
+    if mult == 1.0:
+        yield
+        return
+    row = model.embed.weight[expand_id(cfg)]
+    before = row.detach().clone()
+    yield
+    with torch.no_grad():
+        row.copy_(before + mult * (row - before))
 
 
 def running(cfg: TrainConfig, state: dict, budget: float) -> bool:

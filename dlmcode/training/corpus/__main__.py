@@ -66,12 +66,15 @@ def tokenize(
     tokenizer: Annotated[
         Path | None, typer.Option(help="use this tokenizer.json instead of training one on the corpus")
     ] = None,
+    fraction: Annotated[
+        float, typer.Option(help="keep this share of the training files (a fixed hash of the path); validation: all")
+    ] = 1.0,
 ) -> None:
     """Tokenize a built corpus into the compact file `dlmcode train -o data=OUT` reads."""
     from . import tokens
 
     with one_line():
-        emit(tokens.tokenize(corpus, out, vocab_size, tokenizer))
+        emit(tokens.tokenize(corpus, out, vocab_size, tokenizer, fraction))
 
 
 @group_command(app)

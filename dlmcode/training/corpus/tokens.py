@@ -9,6 +9,9 @@
   meta.json       counts, the corpus checksum it came from, the validation rule
 Validation split: files with sha1(path) % 100 == 0 (about 1 %), never trained on; training
 picks its checkpoint on them, so the held-out evaluation packages stay untouched until the end.
+A `fraction` below 1 keeps a fixed share of the training files (chosen by a second hash of the
+path, so the same share on every machine) and all validation files: a run that can read only a
+few million tokens starts after encoding those, not the whole corpus.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ def is_valid(path: str) -> bool:
     return int(hashlib.sha1(path.encode()).hexdigest(), 16) % VALID_MOD == 0
 
 
-def tokenize(corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Path | None = None) -> Iterator[dict]:
+def in_fraction(path: str, fraction: float) -> bool:
+    """Whether a training file is in the kept share: a hash independent of the validation rule's."""
+    return int(hashlib.sha1(b"subset:" + path.encode()).hexdigest(), 16) % 10_000 < fraction * 10_000
+
+
+def tokenize(
+    corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Path | None = None, fraction: float = 1.0
+) -> Iterator[dict]:
     from ...core.files import read_jsonl
     from ...models.builtin import BuiltinTokenizer, train_tokenizer
     from ..data import encode_stream, line_end_table
@@ -47,8 +57,10 @@ def tokenize(corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Pa
         )
     if vocab_size > 65536:
         raise UsageError("vocab_size above 65536 does not fit the uint16 token file")
+    if not 0 < fraction <= 1:
+        raise UsageError(f"fraction must be in (0, 1], not {fraction}")
     records = list(read_jsonl(corpus / "train.jsonl.gz"))
-    train_texts = [r["text"] for r in records if not is_valid(r["path"])]
+    train_texts = [r["text"] for r in records if not is_valid(r["path"]) and in_fraction(r["path"], fraction)]
     valid_texts = [r["text"] for r in records if is_valid(r["path"])]
     if not valid_texts or not train_texts:
         raise UsageError(
@@ -75,6 +87,7 @@ def tokenize(corpus: Path, out: Path, vocab_size: int = 4096, tokenizer_path: Pa
         "vocab_size": vocab_size,
         "files_train": len(train_texts),
         "files_valid": len(valid_texts),
+        "fraction": fraction,
         "tokens_train": int(len(train)),
         "tokens_valid": int(len(valid)),
         "bytes": sum((out / f).stat().st_size for f in STREAMS.values()),
