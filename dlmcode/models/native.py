@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -22,11 +22,12 @@ from torch import Tensor, nn
 from ..core.canvas import Predict
 from ..core.errors import ModelError
 from . import cache, forward
-from .layers import apply_rope
+from .layers import apply_rope, rope_tables
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 IGNORED = ("rotary_emb.inv_freq",)  # non-persistent buffers some older checkpoints saved anyway
+M = TypeVar("M", bound=nn.Module)  # the module a family's load_model builds
 
 
 class NotNative(Exception):
@@ -86,6 +87,53 @@ def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any = None, mask: Tensor | No
         k, v = cache.join(k, v)  # (B, Hkv, L, hd)
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])  # (B, H, n, hd)
     return y.transpose(1, 2).flatten(2)
+
+
+def project(
+    attn: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, rows: Tensor | None, heads: int, kv_heads: int, fp32: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q (B, H, n, hd) of `rows` (every position: None) and k, v (B, Hkv, n, hd) with RoPE applied, from the
+    module's q_proj, k_proj and v_proj (LLaDA's block and Dream's attention name them alike)."""
+    xq, cq, sq = (x, cos, sin) if rows is None else (x[:, rows], cos[rows], sin[rows])
+    q = split_heads(attn.q_proj(xq), heads)
+    k = split_heads(attn.k_proj(x), kv_heads)
+    v = split_heads(attn.v_proj(x), kv_heads)
+    return rotate(q, cq, sq, fp32), rotate(k, cos, sin, fp32), v
+
+
+class NativeLM(nn.Module):
+    """What the native families' top modules share: ids (B, n) at positions start.. -> logits (B, n, V).
+
+    `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
+    True at real positions, for a right-padded batch (models/forward.py). A family keeps its
+    modules under the checkpoint's own names and says which they are (`parts`), and writes its
+    output head (`head`)."""
+
+    cfg: Any  # the family's config: head_dim and rope_theta are read here
+
+    def parts(self) -> tuple[nn.Embedding, nn.ModuleList, nn.Module]:
+        """The token embedding, the layers and the final norm."""
+        raise NotImplementedError
+
+    def head(self, h: Tensor) -> Tensor:
+        """(..., D) -> (..., V) logits."""
+        raise NotImplementedError
+
+    def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
+        return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
+
+    def hidden(
+        self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None, rows: Tensor | None = None
+    ) -> Tensor:
+        """The final hidden states (B, n, D), after the final norm: what the output head reads. With `rows` (R,)
+        only those positions' (B, R, D): the last layer runs their queries, attention and MLP alone."""
+        embed, layers, norm = self.parts()
+        cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
+        x, keys = embed(ids), key_mask(mask)  # (B, n, D)
+        for i, layer in enumerate(layers):
+            last = rows if i == len(layers) - 1 else None
+            x = layer(x, cos, sin, None if kv is None else kv.layer(i), keys, last)
+        return norm(x)
 
 
 def key_mask(keep: Tensor | None) -> Tensor | None:
@@ -183,6 +231,28 @@ def load_weights(
         )
     module.load_state_dict(state, assign=True, strict=True)
     return module.eval()
+
+
+def load_checkpoint(
+    path: Path,
+    make: Callable[[], M],
+    layers: tuple[int, str],
+    device: torch.device,
+    dtype: torch.dtype,
+    drop: tuple[str, ...] = (),
+) -> M:
+    """The module `make` builds, on the meta device, given the weights in `path` on `device` in `dtype` (less those
+    named in `drop`); NotNative before anything is allocated when the folder has no safetensors or config.json
+    gives another count of layers than the weights (`layers`: the count and its key)."""
+    shard_files(path)
+    check_layers(path, *layers)
+    with torch.device("meta"):
+        model = make()
+    state = read_state(path, device, dtype)
+    for name in drop:
+        state.pop(name, None)
+    load_weights(model, state, path)  # in place, and into eval mode
+    return model
 
 
 def predict_of(model: nn.Module, shift: int = 0) -> Predict:

@@ -19,12 +19,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import native
-from .layers import rope_tables
 from .native import NotNative, need, require
 
 HEAD = "lm_head.weight"
 
 
+# DreamConfig and the layer below have native_llada's shape (a config read from config.json,
+# head_dim, q/k/v projections, a layer's forward over the cache and rows): each keeps its
+# checkpoint's own names, which one shared class would hide; what they compute alike is native.py's.
 @dataclass(frozen=True)
 class DreamConfig:
     hidden: int
@@ -75,23 +77,7 @@ class DreamAttention(nn.Module):
         self.o_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
 
     def project(self, x: Tensor, cos: Tensor, sin: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """q (B, H, n, hd) of `rows` (every position: None) and k, v (B, Hkv, n, hd) with RoPE applied."""
-        xq, cq, sq = (x, cos, sin) if rows is None else (x[:, rows], cos[rows], sin[rows])
-        q = native.split_heads(self.q_proj(xq), self.cfg.n_heads)
-        k = native.split_heads(self.k_proj(x), self.cfg.n_kv_heads)
-        v = native.split_heads(self.v_proj(x), self.cfg.n_kv_heads)
-        return native.rotate(q, cq, sq, False), native.rotate(k, cos, sin, False), v
-
-    def forward(
-        self,
-        x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        cache: Any = None,
-        mask: Tensor | None = None,
-        rows: Tensor | None = None,
-    ) -> Tensor:
-        return self.o_proj(native.attend(*self.project(x, cos, sin, rows), cache, mask))
+        return native.project(self, x, cos, sin, rows, self.cfg.n_heads, self.cfg.n_kv_heads, False)
 
 
 class DreamMLP(nn.Module):
@@ -123,7 +109,8 @@ class DreamLayer(nn.Module):
         rows: Tensor | None = None,
     ) -> Tensor:
         """x (B, n, D) -> (B, n, D); with `rows` the output of those positions only (B, R, D)."""
-        x = (x if rows is None else x[:, rows]) + self.self_attn(self.input_layernorm(x), cos, sin, cache, mask, rows)
+        q, k, v = self.self_attn.project(self.input_layernorm(x), cos, sin, rows)
+        x = (x if rows is None else x[:, rows]) + self.self_attn.o_proj(native.attend(q, k, v, cache, mask))
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -135,12 +122,8 @@ class DreamBody(nn.Module):
         self.norm = native.RMSNorm(cfg.hidden, cfg.eps)
 
 
-class DreamLM(nn.Module):
-    """ids (B, n) at positions start.. -> logits (B, n, V), still shifted: row i scores position i + 1.
-
-    `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
-    True at real positions, for a right-padded batch (models/forward.py).
-    """
+class DreamLM(native.NativeLM):
+    """The Dream family's model (native.NativeLM); its logits are still shifted: row i scores position i + 1."""
 
     def __init__(self, cfg: DreamConfig) -> None:
         super().__init__()
@@ -148,35 +131,17 @@ class DreamLM(nn.Module):
         self.model = DreamBody(cfg)
         self.lm_head = None if cfg.tied else nn.Linear(cfg.hidden, cfg.vocab, bias=False)
 
-    def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
-        return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
-
-    def hidden(
-        self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None, rows: Tensor | None = None
-    ) -> Tensor:
-        """The final hidden states (B, n, D), after the norm: what the output head reads (still shifted).
-        With `rows` (R,) only those positions' (B, R, D): the last layer runs their queries alone."""
-        body = self.model
-        cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
-        x = body.embed_tokens(ids)  # (B, n, D)
-        for i, layer in enumerate(body.layers):
-            last = rows if i == len(body.layers) - 1 else None
-            x = layer(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask), last)
-        return body.norm(x)
+    def parts(self) -> tuple[nn.Embedding, nn.ModuleList, nn.Module]:
+        return self.model.embed_tokens, self.model.layers, self.model.norm
 
     def head(self, h: Tensor) -> Tensor:
-        """(..., D) -> (..., V) logits."""
         return F.linear(h, self.model.embed_tokens.weight) if self.lm_head is None else self.lm_head(h)
 
 
 def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> DreamLM:
     """The checkpoint in `path` on `device` in `dtype`; NotNative when it is not the published layout."""
     cfg = DreamConfig.from_json(config)
-    native.shard_files(path)  # NotNative before anything is allocated when the folder has no safetensors
-    native.check_layers(path, cfg.n_layers, "num_hidden_layers")
-    with torch.device("meta"):
-        model = DreamLM(cfg)
-    state = native.read_state(path, device, dtype)
-    if cfg.tied:
-        state.pop(HEAD, None)  # some tied checkpoints store the head as well: it is the embedding
-    return native.load_weights(model, state, path)
+    # some tied checkpoints store the head as well: it is the embedding
+    drop = (HEAD,) if cfg.tied else ()
+    layers = (cfg.n_layers, "num_hidden_layers")
+    return native.load_checkpoint(path, lambda: DreamLM(cfg), layers, device, dtype, drop)

@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import native
-from .layers import rope_tables
 from .native import NotNative, need, require
 
 SUPPORTED = (  # (config key, the value we implement, the reference ModelConfig's default when absent)
@@ -103,13 +102,8 @@ class LladaBlock(nn.Module):
         self.ff_out = nn.Linear(cfg.mlp_hidden, d, bias=cfg.bias)
 
     def project(self, x: Tensor, cos: Tensor, sin: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """q (B, H, n, hd) of `rows` (every position: None) and k, v (B, Hkv, n, hd) with RoPE applied."""
         cfg = self.cfg
-        xq, cq, sq = (x, cos, sin) if rows is None else (x[:, rows], cos[rows], sin[rows])
-        q = native.split_heads(self.q_proj(xq), cfg.n_heads)
-        k = native.split_heads(self.k_proj(x), cfg.n_kv_heads)
-        v = native.split_heads(self.v_proj(x), cfg.n_kv_heads)
-        return native.rotate(q, cq, sq, cfg.rope_fp32), native.rotate(k, cos, sin, cfg.rope_fp32), v
+        return native.project(self, x, cos, sin, rows, cfg.n_heads, cfg.n_kv_heads, cfg.rope_fp32)
 
     def forward(
         self,
@@ -142,36 +136,19 @@ class LladaBody(nn.Module):
         self.transformer = nn.ModuleDict(layers)
 
 
-class LladaLM(nn.Module):
-    """ids (B, n) at positions start.. -> logits (B, n, V); the checkpoint's top level is `model.`.
-
-    `kv`: a models/cache.py KV for a call that runs part of the canvas; `mask` (B, n) bool,
-    True at real positions, for a right-padded batch (models/forward.py).
-    """
+class LladaLM(native.NativeLM):
+    """LLaDA's model (native.NativeLM); the checkpoint's top level is `model.`."""
 
     def __init__(self, cfg: LladaConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.model = LladaBody(cfg)
 
-    def forward(self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None) -> Tensor:
-        return self.head(self.hidden(ids, start, kv, mask))  # (B, n, V)
-
-    def hidden(
-        self, ids: Tensor, start: int = 0, kv: Any = None, mask: Tensor | None = None, rows: Tensor | None = None
-    ) -> Tensor:
-        """The final hidden states (B, n, D), after ln_f: what the output head reads. With `rows` (R,)
-        only those positions' (B, R, D): the last block runs their queries, attention and MLP alone."""
+    def parts(self) -> tuple[nn.Embedding, nn.ModuleList, nn.Module]:
         t = self.model.transformer
-        cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
-        x = t.wte(ids)  # (B, n, D)
-        for i, block in enumerate(t.blocks):
-            last = rows if i == len(t.blocks) - 1 else None
-            x = block(x, cos, sin, None if kv is None else kv.layer(i), native.key_mask(mask), last)
-        return t.ln_f(x)
+        return t.wte, t.blocks, t.ln_f
 
     def head(self, h: Tensor) -> Tensor:
-        """(..., D) -> (..., V) logits."""
         t = self.model.transformer
         return F.linear(h, t.wte.weight) if self.cfg.tied else t.ff_out(h)
 
@@ -179,8 +156,4 @@ class LladaLM(nn.Module):
 def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> LladaLM:
     """The checkpoint in `path` on `device` in `dtype`; NotNative when it is not the published layout."""
     cfg = LladaConfig.from_json(config)
-    native.shard_files(path)  # NotNative before anything is allocated when the folder has no safetensors
-    native.check_layers(path, cfg.n_layers, "n_layers")
-    with torch.device("meta"):
-        model = LladaLM(cfg)
-    return native.load_weights(model, native.read_state(path, device, dtype), path)
+    return native.load_checkpoint(path, lambda: LladaLM(cfg), (cfg.n_layers, "n_layers"), device, dtype)
