@@ -9,6 +9,7 @@ on a real socket for the tests that need a real HTTP client.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -69,6 +70,19 @@ class Gated:
             self.held.set()
             self.open.wait(30)  # a safety net only: a test that never opens it fails on its own assertions
         return self.script(tokens)
+
+
+def when_queued(queue) -> asyncio.Event:
+    """An event set when the next request is queued: Queue.answer queues it (Queue.put) on the loop, before its
+    first wait. Made inside the running loop, after the requests that are not to count."""
+    event, put = asyncio.Event(), queue.put
+
+    def put_then_say(entry) -> None:
+        put(entry)
+        event.set()
+
+    queue.put = put_then_say
+    return event
 
 
 def tiny_dlm(prefix: str, script: str, delay: float = 0.0, context: int = 256) -> tuple[Dlm, Script]:

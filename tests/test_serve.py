@@ -19,7 +19,7 @@ from dlmcode.serve.request import Fill
 from dlmcode.serve.steps import ClientGone
 
 from editors import LLAMA_VIM_WARMUP, LLAMA_VSCODE_WARMUP, llama_vim_body, llama_vscode_body, ollama_body
-from serve_tiny import Gated, tiny_dlm
+from serve_tiny import Gated, tiny_dlm, when_queued
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -376,10 +376,9 @@ def test_queue_is_fifo_and_answers_each_request_once():
     queue = Queue(engine)
 
     async def main():
-        tasks = []
-        for i in range(6):
-            tasks.append(asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=i))))
-            await asyncio.sleep(0)  # arrival order = creation order
+        # arrival order = creation order: the loop starts tasks in the order they are made (call_soon is FIFO),
+        # and each queues its request before its first wait
+        tasks = [asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=i))) for i in range(6)]
         return await asyncio.gather(*tasks)
 
     answers = asyncio.run(main())
@@ -427,8 +426,9 @@ def test_a_waiting_request_whose_client_left_never_runs():
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
         assert await asyncio.to_thread(gated.held.wait, 30)
+        queued = when_queued(queue)
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1), always_gone))
-        await asyncio.sleep(0)  # the second is queued behind the first
+        await queued.wait()  # the second is queued behind the first
         (waiting,) = queue.pending
         assert await asyncio.to_thread(waiting.cancel.wait, 30)  # its client was seen gone while it waited
         gated.open.set()

@@ -19,7 +19,7 @@ from dlmcode.serve.queue import Queue
 from dlmcode.serve.request import BadRequest, Fill
 from dlmcode.serve.steps import ClientGone
 
-from serve_tiny import Gated, tiny_dlm
+from serve_tiny import Gated, tiny_dlm, when_queued
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
@@ -40,10 +40,9 @@ def recording(engine: Engine) -> list[int]:
 
 
 async def arrive(queue: Queue, reqs: list[Fill], gone=None) -> list:
-    tasks = []
-    for req in reqs:
-        tasks.append(asyncio.create_task(queue.answer(req, gone)))
-        await asyncio.sleep(0)  # arrival order = creation order
+    # arrival order = creation order: the loop starts tasks in the order they are made (call_soon is FIFO), and
+    # each queues its request before its first wait
+    tasks = [asyncio.create_task(queue.answer(req, gone)) for req in reqs]
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
@@ -255,8 +254,9 @@ def test_a_failing_shared_forward_fails_its_decodes_and_the_queue_goes_on():
     async def main():
         first = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
         assert await asyncio.to_thread(gated.held.wait, 30)
+        queued = when_queued(queue)
         second = asyncio.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16, seed=1)))
-        await asyncio.sleep(0)  # the second is queued (it joins at the first decode's next call)
+        await queued.wait()  # the second is queued (it joins at the first decode's next call)
         assert len(queue.pending) == 1
         gated.open.set()
         results = await asyncio.gather(first, second, return_exceptions=True)
