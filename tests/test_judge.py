@@ -202,3 +202,47 @@ def test_every_second_of_the_guard_is_counted_the_first_search_included(shipped)
     assert result.seconds > stats["guard_seconds"]  # the result's seconds hold the first search too
     again = job.run()  # the same job decoded again: the search was paid once
     assert again.guard["guard_first_seconds"] == 0.0
+
+
+TWO_TRIES = """import sys
+
+
+try:
+    from _locale import getencoding
+except ImportError:
+    def getencoding():
+        return 'utf-8'
+
+try:
+    CODESET
+except NameError:
+    def preferred():
+        return getencoding()
+else:
+    def preferred():
+        return 'C'
+"""
+
+
+@pytest.mark.parametrize("fill_", ["     ", "pass ", "    x", "if x:", "try:"])
+def test_a_hole_that_begins_a_statement_is_judged_with_the_statement_above_it(fill_, shipped):
+    """Bug (locale.py): a `try:` line replaced by blanks leaves its body and `except` clauses to the `try` above,
+    and the whole file compiles; a window that began at the hole judged them alone, 3 errors."""
+    at = TWO_TRIES.index("try:\n    CODESET")
+    stop = at + len("try:")
+    after = TWO_TRIES[:at] + fill_ + TWO_TRIES[stop:]
+    region = syntax.Region((at, stop), (at, at + len(fill_)))
+    whole = syntax.breakage(TWO_TRIES, after, "python", holes=[region]).broken
+    assert (judge_of(TWO_TRIES, at, stop, shipped.tokenizer).errors([fill_]) > 0) == whole
+
+
+def test_the_guard_finds_a_witness_for_a_try_line_between_two_excepts(shipped):
+    """The same hole through the guard's own path: a first witness exists (blanks), and the fill is guarded."""
+    lines = TWO_TRIES.split("\n")
+    row = lines.index("try:", 4)
+    run = RunSettings(decoder="low-confidence", options={"guard": "true"}, lang="python")
+    job = fill.infill_job(TWO_TRIES, (row + 1, row + 1), shipped, run)
+    assert job.decoder.completer.witness is not None
+    result = job.run()
+    assert result.guard is not None and not job.notes
+    assert not syntax.breakage(TWO_TRIES, result.text, "python").broken

@@ -249,6 +249,25 @@ def test_the_guard_is_a_server_setting_like_any_decoder_setting():
     assert guarded["content"] != BROKEN and compile(PREFIX + guarded["content"] + SUFFIX, "<fill>", "exec")
 
 
+def test_a_server_started_unguarded_serves_syntax_guard_which_carries_its_own_guard():
+    """Bug: `serve -o guard=false` answered 400 to a request for syntax-guard (the server's guard=false was put
+    on a decoder that always guards). The server's setting is a default; a request that says guard=false for
+    syntax-guard itself is still told, in one line, why not."""
+    c, _ = client(script=BROKEN, options={"guard": "false"})
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20}
+    plain = c.post("/infill", json=body).json()  # the server's own decoder, unguarded as it was told
+    assert plain["content"] == BROKEN and plain["dlmcode"]["breakage"]["broken"] is True
+    r = c.post("/infill", json={**body, "decoder": "syntax-guard"})
+    assert r.status_code == 200
+    got = r.json()
+    assert got["dlmcode"]["decoder"] == "syntax-guard" and got["dlmcode"]["settings"]["guard"] is True
+    assert got["dlmcode"]["breakage"]["broken"] is False
+    assert compile(PREFIX + got["content"] + SUFFIX, "<fill>", "exec")
+    r = c.post("/infill", json={**body, "decoder": "syntax-guard", "options": {"guard": False}})
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "syntax-guard always guards" in message and "\n" not in message
+
+
 @pytest.mark.parametrize(
     ("path", "body", "shape"),
     [

@@ -72,6 +72,13 @@ def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
         raise UsageError(f"decoder {name!r}: {err}") from None
 
 
+def fixed(name: str, key: str) -> str:
+    """Why decoder `name` does not let setting `key` change ("": it does, or it has no such setting)."""
+    cls = DECODERS.get(name)
+    found = {f.name: f for f in dataclasses.fields(cls)}.get(key) if cls is not None else None
+    return found.metadata.get("fixed", "") if found is not None else ""
+
+
 def parse_value(decoder: str, key: str, raw: Any, hint: Any) -> Any:
     """Convert one setting from text to its field type, or raise a UsageError naming it."""
     if not isinstance(raw, str):

@@ -108,12 +108,12 @@ class Engine:
             raise BadRequest(f"lines {req.lines}: give the most non-blank lines a fill may hold, or 0 for any")
         if req.time_ms is not None and req.time_ms < 0:
             raise BadRequest(f"t_max_predict_ms {req.time_ms}: give a time in ms >= 0 (0: no limit)")
+        name = req.decoder or self.decoder
         options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
-        options.setdefault(GUARD, self.options.get(GUARD, True))  # guarded unless the server or request says no
+        if not (isinstance(name, str) and decoders.fixed(name, GUARD)):  # syntax-guard carries its own guard
+            options.setdefault(GUARD, self.options.get(GUARD, True))  # guarded unless the server or request says no
         try:
-            return wiring.make_decoder(
-                req.decoder or self.decoder, {k: text(v) for k, v in options.items()}, req.temperature
-            )
+            return wiring.make_decoder(name, {k: text(v) for k, v in options.items()}, req.temperature)
         except UsageError as err:
             raise BadRequest(str(err)) from None
 

@@ -222,6 +222,8 @@ def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[in
     lines = Lines(text)
     reaches = [lines.reach(a, b) for a, b in holes]
     first, last = min(r[0] for r in reaches), max(r[1] for r in reaches)
+    if any(lines.line_of(a) == first and not lines.lines[first][: a - lines.starts[first]].strip() for a, _ in holes):
+        first = joined_above(lines, first)
     inner = [lines.indent(i) for i in range(first, last + 1) if lines.statement(i)]
     level = min(inner, default=ANY)  # holes in a string or blank lines: the statement above is the innermost block
     outer = enclosing(lines, first, level)[::-1]  # the blocks around the holes, outermost first
@@ -241,6 +243,13 @@ def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[in
         if found is not None:
             out.append(found)
     return out
+
+
+def joined_above(lines: Lines, first: int) -> int:
+    """The line a window must reach up to when a hole begins a line's code (line `first`): its statement above.
+    A fill there may write no line head of its own, and then the lines after it go on the statement above
+    (a `try:` replaced by blanks leaves its body and `except` to the `try` before it)."""
+    return next((i for i in range(first - 1, -1, -1) if lines.statement(i)), first)
 
 
 def enclosing(lines: Lines, first: int, level: int) -> list[int]:
