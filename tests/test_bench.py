@@ -421,7 +421,7 @@ def test_a_rank_whose_peer_never_joins_stops_in_one_line(rank, monkeypatch):
     rank 1, rank 1 for the store rank 0 never opened."""
     port = free_port()
     monkeypatch.setattr(os, "environ", rank_env(rank, 2, port))
-    monkeypatch.setattr(runner, "JOIN_TIMEOUT", timedelta(seconds=2))
+    monkeypatch.setattr("dlmcode.bench.ranks.JOIN_TIMEOUT", timedelta(seconds=2))
     with pytest.raises(DlmcodeError) as err:  # waiting the gather's hours instead ends at pytest's timeout
         runner.Ranks.from_env().join("cpu")
     message = str(err.value)

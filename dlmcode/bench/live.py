@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from .configs import Config
 from .metrics import Sample, Tally
-from .runner import Config
 
 BAR_WIDTH = 12
 WIDTHS = {

@@ -62,7 +62,7 @@ class Task:
     test: str | None = None  # Python defining check(candidate); None: no functional test
     entry_point: str | None = None  # the function check() is called with
     lang: str = "python"
-    mode: str = "infill"  # "infill" or "generate" (a key of runner.PREPARE)
+    mode: str = "infill"  # "infill" or "generate" (a key of sample.MODES)
 
     @property
     def original(self) -> str:
