@@ -132,6 +132,9 @@ def test_the_family_table_lists_every_family_as_a_loaded_one_is(dlm):
     row = rows[dlm.family]
     assert (row.decoder, row.infill, row.canvas) == (dlm.decoder, dlm.infill, "noise" if dlm.blocks.noise else "mask")
     assert row.attention == f"blocks of {dlm.blocks.size}"
+    from dlmcode.jobs import batch
+
+    assert row.serve == "batched" and isinstance(batch.batched(dlm).blocks.open(), batch.RoutedSession)
 
 
 def test_dlmcode_models_lists_them_on_stdout():

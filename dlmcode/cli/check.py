@@ -97,7 +97,8 @@ def list_decoders(json_out: Json = False) -> None:
 
 @app.command(name="models", cls=Command)
 def list_models(json_out: Json = False) -> None:
-    """List the model families: what each runs, its attention, its canvas, its own decoder and how it fills a span."""
+    """List the model families: what each runs, its attention, its canvas, its own decoder, how it fills a span and
+    how the server runs concurrent requests."""
     from ..models import families
 
     with reported():
@@ -107,4 +108,4 @@ def list_models(json_out: Json = False) -> None:
         for f in families.ROWS:
             emit(f"{f.name}: {f.models}")
             emit(f"    attention {f.attention}; canvas of {f.canvas}; decoder {f.decoder}; infill {f.infill}")
-            emit(f"    runs on {f.runs_on}; checked: {f.checked}")
+            emit(f"    runs on {f.runs_on}; serve: {f.serve}; checked: {f.checked}")

@@ -35,7 +35,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch import Tensor
 
@@ -45,6 +45,7 @@ from ..models.forward import ForwardBatch, one_by_one
 
 if TYPE_CHECKING:
     from ..models.base import Dlm
+    from ..models.blocks import Blocks
     from .fill import Job, Result
 
 T = TypeVar("T")
@@ -100,15 +101,50 @@ class RoutedRun:
         return slot.submit(self.rows, (ids[0], start, kv))  # type: ignore[arg-type]  # (1, n, V)
 
 
+class RoutedSession:
+    """A block family's session (models/blocks.PendingSession) whose block runs, inside a batched run's worker,
+    join the next forward of the other decodes' blocks (`PendingSession.run_many`): each decode keeps its own
+    exact cache, only the forward is shared. Everything else is the session's own."""
+
+    def __init__(self, session: Any, together: Callable[[list], list[Tensor]]) -> None:
+        self.session, self.together = session, together
+
+    def __getattr__(self, name: str) -> Any:  # length, forwards, extend, truncate: the session's
+        return getattr(self.session, name)
+
+    def run(self, ids: Tensor) -> Tensor:
+        slot = current()
+        if slot is None:  # not in a batched run: the session itself
+            return self.session.run(ids)
+        return slot.submit(self.together, (self.session, ids))  # type: ignore[arg-type]
+
+
+def routed_blocks(spec: Blocks) -> Blocks:
+    """`spec` whose sessions are routed (RoutedSession) where the family runs several blocks in one forward."""
+    probe = spec.open()
+    if not getattr(probe, "pads", False):  # DiffusionGemma's session: one decode per forward
+        return spec
+    kind = type(probe)
+
+    def together(requests: list[tuple[Any, Tensor]]) -> list[Tensor]:
+        return kind.run_many([s for s, _ in requests], [ids for _, ids in requests])
+
+    return dataclasses.replace(spec, open=lambda: RoutedSession(spec.open(), together))
+
+
 def batched(dlm: Dlm) -> Dlm:
-    """`dlm` with a Routed predict, and cached predicts whose runs are routed too where the family
-    batches them (`run_rows`): jobs built on it can be run by a Batcher (and alone, unchanged)."""
+    """`dlm` with a Routed predict, cached predicts whose runs are routed too where the family
+    batches them (`run_rows`), and a block family's sessions routed (`routed_blocks`): jobs built on
+    it can be run by a Batcher (and alone, unchanged)."""
     if isinstance(dlm.predict, Routed):
         return dlm
     cached = dlm.cached
     if cached is not None and dlm.run_rows is not None:
         cached = routed_cache(cached, dlm.run_rows)
-    return dataclasses.replace(dlm, predict=Routed(dlm.forward_batch or one_by_one(dlm.predict)), cached=cached)
+    spec = routed_blocks(dlm.blocks) if dlm.blocks is not None else None
+    return dataclasses.replace(
+        dlm, predict=Routed(dlm.forward_batch or one_by_one(dlm.predict)), cached=cached, blocks=spec
+    )
 
 
 def routed_cache(make: Callable, rows: Callable[[list], list[Tensor]]) -> Callable:

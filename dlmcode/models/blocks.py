@@ -104,6 +104,49 @@ class PendingSession:
         self.forwards.append((len(x), self.stored + len(x)))
         self.stored, self.pending = self.stored + len(x), self.pending[:0]
 
+    pads = False  # the family runs several sessions' blocks in one forward (`forward_padded`)
+
+    @classmethod
+    def run_many(cls, sessions: list[PendingSession], ids: list[Tensor]) -> list[Tensor]:
+        """Several decodes' active blocks (each (n,), one length) in one forward, each against its own cache:
+        the caches padded to the longest, the padding never attended; each -> (n, V) logits, no keys left behind.
+
+        One decode runs as `run` runs it (the same logits bit for bit); several round as padded rows do
+        (the keys a row's attention sums over, masked ones included, change its last bits)."""
+        with torch.inference_mode():  # in the batch's scheduler thread, not the decodes' own
+            if len(sessions) == 1 or not cls.pads or len({len(i) for i in ids}) > 1:
+                return [s.run(i) for s, i in zip(sessions, ids, strict=True)]
+            return cls.padded_run(sessions, ids)
+
+    @classmethod
+    def padded_run(cls, sessions: list[PendingSession], ids: list[Tensor]) -> list[Tensor]:
+        """run_many's one forward over several sessions (see there)."""
+        for s in sessions:
+            if len(s.pending):
+                s.store()  # finished tokens on their own first, as `apart` families always do
+        device, n = sessions[0].device, len(ids[0])
+        longest = max(s.stored for s in sessions)
+        pos = torch.stack([torch.arange(s.stored, s.stored + n) for s in sessions]).to(device)  # (B, n)
+        seen = torch.zeros(len(sessions), longest + n, dtype=torch.bool, device=device)  # (B, K)
+        for row, s in enumerate(sessions):
+            seen[row, : s.stored] = True
+        seen[:, longest:] = True  # a block sees all of itself
+        past = padded([s.kv() for s in sessions], [s.stored for s in sessions], longest)
+        logits = cls.forward_padded(sessions[0], torch.stack(ids).to(device), pos, seen, past)  # (B, n, V)
+        for s in sessions:
+            s.forwards.append((n, s.stored + n))
+        return [row.float() for row in logits]
+
+    def kv(self) -> list[tuple[Tensor | None, Tensor | None]]:
+        """Each layer's cached keys and values, (1, H, stored, hd) each (None before the first forward)."""
+        raise NotImplementedError
+
+    def forward_padded(self, x: Tensor, pos: Tensor, seen: Tensor, past: list[tuple[Tensor, Tensor] | None]) -> Tensor:
+        """(B, n) blocks at positions `pos` (B, n) after `past` (per layer (B, H, K', hd) keys and values, or None
+        when no session has any), each row seeing the keys `seen` (B, K' + n) marks -> (B, n, V) logits; nothing
+        of this model's own cache changes."""
+        raise NotImplementedError
+
     def forward(self, x: Tensor, pos: Tensor, seen: Tensor) -> Tensor:
         """(m,) tokens at positions `pos`, after the cache, each query seeing the keys `seen` marks -> (m, V)
         logits; their keys and values join the cache."""
@@ -112,6 +155,27 @@ class PendingSession:
     def crop(self, n: int) -> None:
         """Keep the cache of the first n tokens only."""
         raise NotImplementedError
+
+
+def padded(
+    caches: list[list[tuple[Tensor | None, Tensor | None]]], stored: list[int], longest: int
+) -> list[tuple[Tensor, Tensor] | None]:
+    """Several sessions' caches (per session, per layer (1, H, K_i, hd) keys and values) stacked per layer into
+    (B, H, longest, hd), zeros after each K_i; None for a layer no session has cached yet."""
+    out: list[tuple[Tensor, Tensor] | None] = []
+    for layer in zip(*caches, strict=True):
+        some = [kv for kv, k in zip(layer, stored, strict=True) if k]
+        if not some:
+            out.append(None)
+            continue
+        keys, values = some[0]
+        stacks = tuple(t.new_zeros((len(layer), t.shape[1], longest, t.shape[3])) for t in (keys, values))
+        for row, (kv, k) in enumerate(zip(layer, stored, strict=True)):
+            for stack, t in zip(stacks, kv, strict=True):
+                if k:
+                    stack[row, :, :k] = t[0, :, :k]
+        out.append(stacks)
+    return out
 
 
 class Ended(Exception):

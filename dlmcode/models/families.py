@@ -20,6 +20,7 @@ class Family:
     infill: str  # "native" (the span sees both sides) or "prompt" (the code after the span is read first)
     runs_on: str  # the code that runs it
     checked: str  # how its equivalence with the reference was checked
+    serve: str = "batched"  # `dlmcode serve --batch N`: concurrent requests share each forward, or one at a time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,7 +56,9 @@ ROWS = (
         "renoise",
         "prompt",
         "transformers' own model",
-        "logits equal transformers'; tokens equal its generate at fixed seeds (tests/test_diffusion_gemma.py)",
+        "logits equal transformers' on a block's first call; tokens equal its generate at fixed seeds"
+        " (tests/test_diffusion_gemma.py)",
+        "one decode a forward (each decode's noise and self-conditioning)",
     ),
     Family(
         "sdar",
@@ -65,7 +68,8 @@ ROWS = (
         "dynamic",
         "prompt",
         "transformers' Qwen3 / Qwen3-MoE",
-        "logits within 2e-5 of a restated reference; tokens equal generate.py's rule (tests/test_sdar.py)",
+        "logits equal (torch.equal) a restated reference run as generate.py runs it; tokens equal generate.py's"
+        " rule (tests/test_sdar.py)",
     ),
     Family(
         "llada2",
@@ -75,7 +79,8 @@ ROWS = (
         "dynamic",
         "prompt",
         "dlmcode (native)",
-        "logits within 1e-4 of a restated reference; tokens equal its generate's rule (tests/test_llada2.py)",
+        "logits equal (torch.equal) a restated reference recomputing its window as its generate does, within 2e-5"
+        " with the exact cache; tokens equal its generate's rule (tests/test_llada2.py)",
     ),
     Family(
         "masked-lm",

@@ -212,8 +212,8 @@ class Body(nn.Module):
 
 
 class Llada2LM(nn.Module):
-    """ids (1, n) at positions `pos` after the cached keys `past` (one [k, v] per layer, updated in place) under
-    `mask` (1, 1, n, K) -> logits (1, n, V)."""
+    """ids (B, n) at positions `pos` ((n,), or (B, n)) after the cached keys `past` (one [k, v] per layer, updated
+    in place) under `mask` (B or 1, 1, n or 1, K) -> logits (B, n, V)."""
 
     def __init__(self, cfg: Llada2Config) -> None:
         super().__init__()
@@ -224,10 +224,12 @@ class Llada2LM(nn.Module):
     def forward(self, ids: Tensor, pos: Tensor, past: list[list[Tensor]], mask: Tensor) -> Tensor:
         cfg = self.cfg
         inv = 1.0 / cfg.theta ** (torch.arange(0, cfg.rotary, 2, device=ids.device, dtype=torch.float32) / cfg.rotary)
-        ang = pos.float()[:, None] * inv[None]  # (n, rotary/2)
+        ang = pos.float()[..., None] * inv  # (n, rotary/2), or (B, n, rotary/2): a position per row
         emb = torch.cat([ang, ang], dim=-1)
         x = self.model.word_embeddings(ids)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        if pos.dim() == 2:  # (B, 1, n, rotary) against (B, heads, n, head_dim)
+            cos, sin = cos[:, None], sin[:, None]
         for layer, kv in zip(self.model.layers, past, strict=True):
             x = layer(x, cos, sin, kv, mask)
         return self.lm_head(self.model.norm(x)).float()
@@ -242,8 +244,17 @@ class NativeSession(blocks.PendingSession):
         self.model = model
         self.past: list[list[Tensor]] = [[] for _ in range(model.cfg.layers)]
 
+    pads = True
+
     def forward(self, x: Tensor, pos: Tensor, seen: Tensor) -> Tensor:
         return self.model(x[None], pos, self.past, seen[None, None])[0]  # (m, V)
+
+    def kv(self) -> list[tuple[Tensor | None, Tensor | None]]:
+        return [(kv[0], kv[1]) if kv else (None, None) for kv in self.past]
+
+    def forward_padded(self, x: Tensor, pos: Tensor, seen: Tensor, past: list) -> Tensor:
+        layers = [list(kv) if kv is not None else [] for kv in past]  # this forward's own: dropped after it
+        return self.model(x, pos, layers, seen[:, None, None, :])  # (B, n, V)
 
     def crop(self, n: int) -> None:
         self.past = [[t[:, :, :n] for t in kv] for kv in self.past]

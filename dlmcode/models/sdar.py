@@ -66,6 +66,23 @@ class CausalSession(blocks.PendingSession):
     def crop(self, n: int) -> None:
         self.cache.crop(n - self.cache.get_seq_length())  # a negative count: that many keys dropped from the end
 
+    pads = True
+
+    def kv(self) -> list[tuple[Tensor | None, Tensor | None]]:
+        return [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in self.cache.layers]
+
+    def forward_padded(self, x: Tensor, pos: Tensor, seen: Tensor, past: list) -> Tensor:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)  # this forward's own: dropped after it
+        for i, kv in enumerate(past):
+            if kv is not None:
+                cache.update(kv[0], kv[1], i)
+        mask = torch.zeros(seen.shape, dtype=self.model.dtype, device=seen.device).masked_fill(~seen, float("-inf"))
+        mask = mask[:, None, None, :].expand(len(x), 1, x.shape[1], seen.shape[1])  # (B, 1, n, K)
+        out = self.model(input_ids=x, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+        return out.logits  # (B, n, V)
+
 
 def cost(config: Any) -> blocks.Cost:
     """Multiply-adds per token (attention projections, MLP or routed experts and router, head) and per key."""
