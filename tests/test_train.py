@@ -16,6 +16,7 @@ import torch
 from dlmcode.bench import heldout as H
 from dlmcode.core.errors import DlmcodeError, UsageError
 from dlmcode.models import builtin
+from dlmcode.training import batches as B
 from dlmcode.training import data as D
 from dlmcode.training import train as T
 
@@ -166,7 +167,7 @@ def test_batches_depend_on_seed_and_step_only(mini_stdlib, tmp_path, data):
     forked.close()
 
 
-WORKER_BATCH = T._worker_batch  # the real one, for the stand-ins below
+WORKER_BATCH = B._worker_batch  # the real one, for the stand-ins below
 FORK = multiprocessing.get_context("fork")
 GATE: dict = {}  # made before the pool forks, so the workers inherit them
 
@@ -192,7 +193,7 @@ def test_closing_the_batches_lets_the_workers_finish_and_exit(mini_stdlib, tmp_p
     marks = tmp_path / "marks"
     marks.mkdir()
     monkeypatch.setenv("DLMCODE_TEST_MARKS", str(marks))
-    monkeypatch.setattr(T, "_worker_batch", gated_batch)
+    monkeypatch.setattr(B, "_worker_batch", gated_batch)
     monkeypatch.setitem(GATE, "inside", FORK.Semaphore(0))
     monkeypatch.setitem(GATE, "go", FORK.Event())
     closing = threading.Event()
@@ -223,7 +224,7 @@ def dying_batch(step: int):
 
 
 def test_a_batch_worker_that_dies_stops_training_with_one_line(mini_stdlib, tmp_path, data, monkeypatch):
-    monkeypatch.setattr(T, "_worker_batch", dying_batch)
+    monkeypatch.setattr(B, "_worker_batch", dying_batch)
     forked = T.batches(*data, replace(micro(mini_stdlib, tmp_path), workers=2), 5)
     with pytest.raises(DlmcodeError, match=r"a batch worker died before step \d+'s batch was built"):
         for _ in range(12):

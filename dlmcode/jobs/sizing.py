@@ -17,7 +17,7 @@ chosen length):
    under-reads ends far from the suffix). The length is the change point n that makes
    "content at holes < n, ends at holes >= n" most likely under independent marginals:
        n = argmax_n  sum_{i<n} log(1 - q_i) + sum_{i>=n} log q_i,   1 <= n <= room.
-   A model trained with trailing pads (the built-in one: dlmcode/training/train.py with_pads) or
+   A model trained with trailing pads (the built-in one: dlmcode/training/batches.py with_pads) or
    padding with end-of-text (LLaDA, Dream) scores exactly this shape.
 3. Decode. The job re-plans with n holes per unknown hole and decodes them as a known length
    (end tokens never proposed, jobs/processors.exact_length).

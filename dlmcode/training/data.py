@@ -1,6 +1,6 @@
 """The token stream a built-in model trains on: files as [BOS] file [EOS] ..., and where lines end.
 
-Shared by training (train.py samples windows and holes from it) and the corpus's tokenizer step
+Shared by training (batches.py samples windows and holes from it) and the corpus's tokenizer step
 (corpus/tokens.py writes it to disk), so that neither imports the other.
 """
 

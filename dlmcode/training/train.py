@@ -39,16 +39,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import random
 import shutil
 import sys
 import time
-import typing
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -56,225 +54,24 @@ import torch.nn.functional as F
 import typer
 
 from ..bench.heldout import corpus_files, file_list_hash, split, stdlib_root
-from ..core import settings
-from ..core.errors import DlmcodeError, UsageError
+from ..core.errors import UsageError
 from ..models.builtin import (
     EXPAND_TOKEN,
     BuiltinConfig,
     BuiltinTokenizer,
     DlmcodeDiffusionLM,
-    load_model,
     save,
     train_tokenizer,
 )
-from . import expand
+from .batches import batch, batches, noise, step_batch
+from .checkpoints import export, initialise, load_checkpoint, model_card, portable, save_checkpoint
+from .config import TrainConfig, expand_id, overrides, parse_overrides
 from .data import (
-    BOS,
-    IS_NEWLINE,
-    MASK,
-    PAD,
     Stream,
     encode_stream,
     line_end_table,
     stream_of,
 )
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    out: str = "runs/builtin"  # run folder: tokenizer, checkpoints, log.jsonl, best/
-    seed: int = 0  # seeds init, data order and masking
-    minutes: float = 120.0  # training wall-time budget (the schedule is indexed by it)
-    max_steps: int = 0  # stop after this many steps as well (0: no step limit; the schedule ignores it)
-    steps: int = 0  # index the lr schedule by steps, ending at this step (0: by wall time, `minutes`)
-    stdlib: str = ""  # corpus root ("" = this interpreter's stdlib)
-    data: str = ""  # tokenized corpus folder (python -m dlmcode.training.corpus tokenize); overrides stdlib
-    max_files: int = 0  # use only the first N train files (0 = all; for tests)
-    vocab_size: int = 4096  # BPE vocabulary incl. 4 special tokens
-    dim: int = 320  # model width (v2: 11.1M params, 22.3 MB in bf16; v1 was dim=192 n_layers=6 n_heads=3 seq=256)
-    n_layers: int = 8  # transformer blocks
-    n_heads: int = 5  # attention heads (head dim 64)
-    ffn_mult: int = 4  # MLP expansion
-    seq: int = 512  # training window in tokens (= the model's context; 512 holds 30+ lines)
-    batch: int = 16  # windows per step
-    lr: float = 2e-3  # peak AdamW learning rate
-    min_lr_frac: float = 0.05  # final lr as a fraction of peak
-    warmup_steps: int = 200  # linear warm-up steps
-    decay_frac: float = 0.25  # last fraction of the wall-time budget spent decaying lr linearly
-    weight_decay: float = 0.1  # on matrices only (not embeddings or norms)
-    grad_clip: float = 1.0  # max global grad norm
-    t_min: float = 1e-3  # smallest mask ratio
-    p_iid: float = 0.2  # share of sequences masked i.i.d. over the whole window
-    p_suffix: float = 0.15  # share masked after a random line start (continuation)
-    max_holes: int = 6  # most holes per sequence in "spans" mode
-    p_line_hole: float = 0.7  # a hole is whole lines (else a random token span)
-    max_span_tokens: int = 48  # longest random token span
-    p_overalloc: float = 0.3  # a hole gets extra [PAD] targets after its content
-    max_extra_pads: int = 32  # most [PAD]s added to one hole
-    bf16: bool = True  # bf16 autocast (CPU with avx512_bf16, or CUDA)
-    threads: int = 2  # torch CPU threads
-    workers: int = 0  # processes building batches ahead (0: in the training process; use several on an accelerator)
-    ckpt_minutes: float = 5.0  # checkpoint (and held-out eval) every N minutes of training
-    log_every: int = 20  # steps between progress records
-    eval_windows: int = 64  # held-out windows in each evaluation
-    resume: bool = True  # continue from out/ckpt.pt when it exists
-    expand: bool = False  # teach [EXPAND] (a new token, id vocab_size) and deletes: DreamOn's objective
-    p_expand: float = 0.45  # with expand: share of sequences in "expand" mode (taken from "spans")
-    merge_prob: float = 0.5  # with expand: peak probability that a masked middle position absorbs the next
-    merge_static: float = 0.4  # with expand: share of middles merging at merge_prob (else scaled by 1 - masked share)
-    max_deletes: int = 64  # with expand: most [PAD] (delete) targets after a middle (drawn from 0..max_deletes-1)
-    max_middle_lines: int = 10  # with expand: most whole lines in a middle
-    expand_lr_mult: float = 1.0  # with expand: [EXPAND]'s embedding row takes this many times the optimizer's step
-    init: str = (
-        ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
-    )
-
-
-def window(stream: Stream, seq: int, rng: np.random.Generator) -> np.ndarray:
-    """[BOS] then `seq - 1` tokens from a random line start: spans.py starts every canvas,
-    windowed or not, with [BOS] and cuts windows at line starts."""
-    # line_starts is sorted: the usable ones are one slice of it (no per-window copy of millions of starts)
-    lo = int(np.searchsorted(stream.line_starts, 1))
-    hi = int(np.searchsorted(stream.line_starts, len(stream.ids) - seq, side="right"))
-    s = int(stream.line_starts[lo + rng.integers(hi - lo)]) - 1
-    x = stream.ids[s : s + seq].copy()
-    x[0] = BOS  # at a file start x[0] already is [BOS]
-    return x
-
-
-def line_bounds(x: np.ndarray, line_end: np.ndarray) -> np.ndarray:
-    """Start offsets of the lines in window x (always includes 0 and len(x))."""
-    ends = np.flatnonzero(line_end[x] > 0) + 1
-    return np.unique(np.concatenate([[0], ends, [len(x)]]))
-
-
-def pick_holes(
-    x: np.ndarray, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator
-) -> list[tuple[int, int, int]]:
-    """(start, end, extra_pads) holes for "spans" mode, non-overlapping."""
-    bounds = line_bounds(x, line_end)
-    holes, taken = [], np.zeros(len(x), dtype=bool)
-    for _ in range(int(rng.integers(1, cfg.max_holes + 1))):
-        if rng.random() < cfg.p_line_hole and len(bounds) > 2:
-            i = int(rng.integers(len(bounds) - 1))
-            n = int(rng.choice([1, 1, 1, 1, 2, 2, 3, 3, 4, 5]))
-            a, b = int(bounds[i]), int(bounds[min(i + n, len(bounds) - 1)])
-            b -= int(line_end[x[b - 1]] == IS_NEWLINE)  # spans.py keeps the last line break as context
-        else:
-            n = int(rng.integers(1, cfg.max_span_tokens + 1))
-            a = int(rng.integers(0, max(1, len(x) - n)))
-            b = a + n
-        if b <= a or taken[max(0, a - 1) : b + 1].any():
-            continue
-        taken[a:b] = True
-        extra = int(rng.integers(1, cfg.max_extra_pads + 1)) if rng.random() < cfg.p_overalloc else 0
-        holes.append((a, b, extra))
-    return sorted(holes)
-
-
-def noise(x: np.ndarray, seq: int, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
-    """One training example: (input ids, target ids, masked) of length `seq` each."""
-    mode = rng.random()
-    if cfg.expand and cfg.p_iid + cfg.p_suffix <= mode < cfg.p_iid + cfg.p_suffix + cfg.p_expand:
-        return expand.example(x, seq, line_end, cfg, rng, expand_id(cfg))
-    x = x[:seq]  # the other modes see the window they always saw
-    if mode < cfg.p_iid:
-        target, hole = x, np.ones(len(x), dtype=bool)
-    elif mode < cfg.p_iid + cfg.p_suffix:
-        bounds = line_bounds(x, line_end)
-        cut = int(bounds[rng.integers(len(bounds) - 1)])
-        target, hole = x, np.arange(len(x)) >= cut
-    else:
-        target, hole = with_pads(x, pick_holes(x, line_end, cfg, rng))
-    if not hole[1:seq].any():  # no hole inside the window: fall back to plain MDLM
-        target, hole = x, np.ones(len(x), dtype=bool)
-    target, hole = target[:seq], hole[:seq].copy()
-    hole[0] = False  # position 0 is always [BOS], as on every inference canvas
-    t = rng.uniform(cfg.t_min, 1.0)
-    masked = hole & (rng.random(seq) < t)
-    if not masked.any():
-        masked[rng.choice(np.flatnonzero(hole))] = True
-    return np.where(masked, MASK, target), target, masked
-
-
-def with_pads(x: np.ndarray, holes: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Insert each hole's extra [PAD] targets after its content; mark hole positions."""
-    parts, flags, prev = [], [], 0
-    for a, b, extra in holes:
-        parts += [x[prev:a], x[a:b], np.full(extra, PAD, dtype=x.dtype)]
-        flags += [np.zeros(a - prev, bool), np.ones(b - a + extra, bool)]
-        prev = b
-    parts.append(x[prev:])
-    flags.append(np.zeros(len(x) - prev, bool))
-    return np.concatenate(parts), np.concatenate(flags)
-
-
-def batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, rng: np.random.Generator):
-    span = cfg.seq + (expand.EXTRA if cfg.expand else 0)  # merges shorten an expand example: draw more
-    examples = [noise(window(stream, span, rng), cfg.seq, line_end, cfg, rng) for _ in range(cfg.batch)]
-    inp, tgt, msk = (torch.from_numpy(np.stack(col)) for col in zip(*examples, strict=True))
-    return inp, tgt, msk  # (B, L) long, (B, L) long, (B, L) bool
-
-
-def step_batch(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, step: int):
-    """The batch of training step `step`: a function of (seed, step) alone, so resuming or
-    building it in another process gives the same tensors."""
-    return batch(stream, line_end, cfg, np.random.default_rng([cfg.seed, step]))
-
-
-_SHARED: tuple = ()  # (stream, line_end, cfg) for batch workers, inherited through fork
-
-
-def _worker_batch(step: int) -> tuple[np.ndarray, ...]:
-    return tuple(
-        t.numpy() for t in step_batch(*_SHARED, step)
-    )  # plain arrays: no tensor sharing through file descriptors
-
-
-def worker_died(step: int, workers: int) -> DlmcodeError:
-    return DlmcodeError(
-        f"a batch worker died before step {step}'s batch was built (out of memory? try fewer than {workers} workers)"
-    )
-
-
-def batches(stream: Stream, line_end: np.ndarray, cfg: TrainConfig, first: int) -> Iterator[tuple]:
-    """Batches for steps first, first+1, ...; with cfg.workers, built ahead by forked
-    processes (at most 4 per worker in flight).
-
-    Closing the generator lets the batches in flight finish and the workers exit on their own:
-    a worker is never killed, because one killed while it writes a result leaves the result
-    queue's lock held for ever (multiprocessing.Pool.terminate hung that way, 4 times in 572
-    closes). A worker that dies (the OOM killer) stops training with one line."""
-    if not cfg.workers:
-        step = first
-        while True:
-            yield step_batch(stream, line_end, cfg, step)
-            step += 1
-    import multiprocessing
-    from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    global _SHARED
-    _SHARED = (stream, line_end, cfg)  # fork shares the token stream copy-on-write
-    pool = ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("fork"))
-    try:
-        window = 4 * cfg.workers  # steps being built or queued: always step .. step + window - 1
-        ahead = deque((s, pool.submit(_worker_batch, s)) for s in range(first, first + window))
-        while True:
-            step, future = ahead.popleft()
-            try:
-                arrays = future.result()
-            except BrokenProcessPool:
-                raise worker_died(step, cfg.workers) from None
-            yield tuple(torch.from_numpy(a) for a in arrays)
-            try:
-                ahead.append((step + window, pool.submit(_worker_batch, step + window)))
-            except BrokenProcessPool:  # a worker died since: the pool takes no more work
-                raise worker_died(step + 1, cfg.workers) from None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
 
 # ---------------------------------------------------------------- loss, schedule
 
@@ -319,11 +116,6 @@ def make_optimizer(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> torch.optim.A
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def expand_id(cfg: TrainConfig) -> int:
-    """[EXPAND]'s id: the first one after the data's vocabulary."""
-    return cfg.vocab_size
-
-
 def model_config(cfg: TrainConfig) -> BuiltinConfig:
     return BuiltinConfig(
         vocab_size=cfg.vocab_size + int(cfg.expand),
@@ -337,76 +129,6 @@ def model_config(cfg: TrainConfig) -> BuiltinConfig:
 
 
 # ---------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(path: Path, model, opt, state: dict, rng: np.random.Generator) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "state": state,
-            "np_rng": rng.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
-
-
-def initialise(model: DlmcodeDiffusionLM, folder: Path, tokenizer: BuiltinTokenizer) -> None:
-    """Copy a saved model's weights into `model` (continued training; the context may grow, RoPE has no table)."""
-    src = load_model(folder, torch.device("cpu"), torch.float32)
-    grows = model.cfg.expand_id == src.cfg.vocab_size == model.cfg.vocab_size - 1  # [EXPAND] is new
-    for key in ("vocab_size", "dim", "n_layers", "n_heads", "ffn_mult"):
-        if getattr(src.cfg, key) != getattr(model.cfg, key) and not (key == "vocab_size" and grows):
-            raise UsageError(
-                f"init={folder}: its {key} is {getattr(src.cfg, key)}, this run's is {getattr(model.cfg, key)}"
-            )
-    theirs = BuiltinTokenizer.from_file(folder / "tokenizer.json").tok.get_vocab()
-    ours = {k: v for k, v in tokenizer.tok.get_vocab().items() if not grows or v < src.cfg.vocab_size}
-    if theirs != ours:
-        raise UsageError(
-            f"init={folder}: its tokenizer is not the training data's (tokenize the corpus with --tokenizer "
-            f"{folder / 'tokenizer.json'})"
-        )
-    device = next(model.parameters()).device
-    weights = src.state_dict()
-    if grows:  # [EXPAND]'s row starts at the mean embedding: no token's logit is favoured or copied
-        embed = weights["embed.weight"]
-        weights["embed.weight"] = torch.cat([embed, embed.mean(0, keepdim=True)])
-    model.load_state_dict({k: v.to(device) for k, v in weights.items()})
-
-
-def portable(path: str | Path, dest: str | Path) -> Path:
-    """A copy of checkpoint `path` with every float tensor (weights, AdamW moments) in bf16: half the size,
-    small enough for a repository, and resumable anywhere by placing it as a run folder's ckpt.pt
-    (load_checkpoint casts the state back to the parameters' fp32). The step, data RNG and schedule
-    resume exactly; the weights and moments continue from their bf16 rounding (the shipped precision)."""
-
-    def half(value):
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() > 0:
-            return value.to(torch.bfloat16)
-        if isinstance(value, dict):
-            return {k: half(v) for k, v in value.items()}
-        return value
-
-    ck = torch.load(path, map_location="cpu", weights_only=False)
-    ck["model"], ck["optimizer"] = half(ck["model"]), half(ck["optimizer"])
-    dest = Path(dest)
-    tmp = dest.with_suffix(".tmp")
-    torch.save(ck, tmp)
-    os.replace(tmp, dest)
-    return dest
-
-
-def load_checkpoint(path: Path, model, opt, rng: np.random.Generator) -> dict:
-    ck = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(ck["model"])
-    opt.load_state_dict(ck["optimizer"])
-    rng.bit_generator.state = ck["np_rng"]
-    torch.set_rng_state(ck["torch_rng"])
-    return ck["state"]
 
 
 @torch.no_grad()
@@ -649,103 +371,10 @@ def run(cfg: TrainConfig) -> dict:
 # ---------------------------------------------------------------- export
 
 
-def export(src: str | Path, dest: str | Path, card: str = "", dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Copy a saved model folder (run/best or run/last) to `dest` in `dtype`, with a model card."""
-    src, dest = Path(src), Path(dest)
-    model = load_model(src, torch.device("cpu"), torch.float32)
-    save(model, BuiltinTokenizer.from_file(src / "tokenizer.json"), dest, dtype=dtype)
-    if card:
-        (dest / "MODEL_CARD.md").write_text(card)
-    return dest
-
-
-def model_card(run_dir: str | Path, evaluation: str = "", notes: str = "") -> str:
-    """MODEL_CARD.md from a run folder's config.json and log.jsonl, plus evaluation text."""
-    run_dir = Path(run_dir)
-    info = json.loads((run_dir / "config.json").read_text())
-    cfg, data = info["train"], info["data"]
-    checks = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
-    best = min(checks, key=lambda r: r["heldout_loss"])
-    last = checks[-1]
-    knobs = " ".join(f"{k}={v}" for k, v in cfg.items() if v != getattr(TrainConfig(), k))
-    if data.get("source") == "corpus":
-        corpus = (
-            f"permissively licensed PyPI releases + CPython stdlib (`python -m dlmcode.training.corpus`, NOTICES.md): "
-            f"{data['files_train']:,} train files ({data['tokens_train']:,} tokens), {data['files_heldout']:,} "
-            "validation files"
-        )
-    else:
-        corpus = (
-            f"CPython {data['python']} stdlib: {data['files_train']} train files ({data['tokens_train']:,} tokens), "
-            f"{data['files_heldout']} held-out files (sha1(path) % 20 == 0)"
-        )
-    origin = (
-        f"continued from the weights in `{cfg['init']}` by `dlmcode.training.train`"
-        if cfg.get("init")
-        else "trained from scratch by `dlmcode.training.train`"
-    )
-    size = f"d={cfg['dim']}, {cfg['n_layers']} layers, {cfg['n_heads']} heads, vocab {cfg['vocab_size']}"
-    size += f", context {cfg['seq']}"
-    minutes = best["elapsed"] / 60
-    shipped = f"step {best['step']}, best held-out loss {best['heldout_loss']:.4f} at {minutes:.1f} min of training"
-    tokens = last["step"] * cfg["batch"] * cfg["seq"]
-    run = f"{last['step']} steps, {tokens:,} tokens, {last['elapsed'] / 60:.1f} min of training time"
-    return f"""# dlmcode built-in model
-
-A small masked-diffusion code model (MDLM/LLaDA objective with line/span holes and
-over-allocated [PAD] holes for `--length auto`), {origin}.
-
-| | |
-|---|---|
-| architecture | bidirectional pre-norm transformer, RoPE, RMSNorm, GELU MLP, tied embeddings, no biases |
-| size | {size} |
-| tokenizer | byte-level BPE, line-aligned pre-tokenizer, [PAD]=0 [MASK]=1 [BOS]=2 [EOS]=3 |
-| data | {corpus} |
-| file-list sha256 | `{data["file_list_sha256"]}` |
-| command | `python -m dlmcode.training.train {knobs}` |
-| shipped checkpoint | {shipped} |
-| run | {run} |
-| hardware | {data.get("device", "2-core AMD EPYC (avx512_bf16), no GPU")}, bf16 autocast |
-
-## Evaluation (held-out files, known span length)
-
-{evaluation or "Not evaluated yet."}
-
-{notes}
-"""
-
-
-def parse_overrides(args: list[str]) -> TrainConfig:
-    """key=value pairs -> TrainConfig, rejecting unknown keys."""
-    return overrides(TrainConfig(), args)
-
-
-def overrides(config: Any, args: list[str], given: dict | None = None, what: str = "training setting") -> Any:
-    """`config` (a dataclass) with key=value pairs (and `given` values) applied; unknown keys and bad values
-    are UsageErrors.
-
-    Values are parsed by dlmcode.core.settings, the decoders' parser: `bf16=ture` is an error, not False.
-    """
-    types = {f.name: typing.get_type_hints(type(config))[f.name] for f in fields(config)}
-    values = dict(given or {})
-    for arg in args:
-        key, sep, raw = arg.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"bad -o {arg!r}: write -o key=value")
-        key, raw = key.strip(), raw.strip()
-        if key not in types:
-            raise UsageError(f"unknown {what} {key!r}; known: {', '.join(types)}")
-        try:
-            values[key] = settings.convert(raw, types[key])
-        except ValueError as err:
-            raise UsageError(f"bad value {raw!r} for {what} {key} ({settings.expects(types[key], err)})") from None
-    return replace(config, **values)
-
-
 def command(
     settings: Annotated[
         list[str] | None,
-        typer.Argument(help="training settings key=value (see TrainConfig in dlmcode/training/train.py)"),
+        typer.Argument(help="training settings key=value (see TrainConfig in dlmcode/training/config.py)"),
     ] = None,
 ) -> None:
     """Train the built-in dLLM; one JSON progress record per line on stdout (`dlmcode train` draws a bar instead)."""
@@ -761,6 +390,22 @@ def main(args: list[str] | None = None) -> None:
 
     one_command(command)(args)
 
+
+# what the CLI, the assistant's training and the tests read from here, kept where they always were
+__all__ = [
+    "TrainConfig",
+    "batches",
+    "export",
+    "load_checkpoint",
+    "model_card",
+    "noise",
+    "overrides",
+    "parse_overrides",
+    "portable",
+    "save_checkpoint",
+    "step_batch",
+    "train",
+]
 
 if __name__ == "__main__":
     main()
