@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dlmcode.core import files
+from dlmcode.core import files, output
 
 from cli_run import SOURCE, run
 
@@ -149,10 +149,10 @@ def test_a_crlf_file_keeps_crlf_inside_the_fill(source):
 
 
 def test_line_endings_are_matched_only_for_all_crlf_sources():
-    assert files.keep_line_endings("a\r\nb\r\n", "a\nx\r\ny\n") == "a\r\nx\r\ny\r\n"
-    assert files.keep_line_endings("a\nb\r\n", "a\nx\n") == "a\nx\n"  # mixed: left as written
-    assert files.keep_line_endings("a\nb\n", "a\nx\n") == "a\nx\n"
-    assert files.keep_line_endings("one line", "a\nb") == "a\nb"
+    assert output.keep_line_endings("a\r\nb\r\n", "a\nx\r\ny\n") == "a\r\nx\r\ny\r\n"
+    assert output.keep_line_endings("a\nb\r\n", "a\nx\n") == "a\nx\n"  # mixed: left as written
+    assert output.keep_line_endings("a\nb\n", "a\nx\n") == "a\nx\n"
+    assert output.keep_line_endings("one line", "a\nb") == "a\nb"
 
 
 def test_bench_summaries_get_the_umask_mode_like_the_plots(tmp_path):

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..core import files
+from ..core import files, output
 from ..core.entry import Command, reported
 from ..core.run import ModelChoice, RunSettings
 from . import shared
@@ -85,17 +85,17 @@ def infill(
 
         job = fill.infill_job(source, where, shared.load_model(run.model, quiet), run)
         result = run_with_view(job, quiet, json_out=False)
-        text = files.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
-        patch = files.unified_diff(source, text, file) if diff else None
+        text = output.keep_line_endings(source, result.text)  # a CRLF file gets CRLF inside the fill too
+        patch = output.unified_diff(source, text, file) if diff else None
         if original is not None:
             files.replace_if_unchanged(original, text)
         if json_out:
             extra = {"text": text} | ({"diff": patch} if diff else {})
             emit(json.dumps(result.to_dict() | extra, ensure_ascii=False))
         elif patch is not None:
-            files.write_stdout(patch)
+            output.write_stdout(patch)
         elif not in_place:
-            files.write_stdout(text)
+            output.write_stdout(text)
 
 
 GenerateLength = Annotated[
@@ -149,4 +149,4 @@ def generate(
         job = fill.generate_job(prompt, dlm, run, chat=chat, raw=raw, eos=eos)
         result = run_with_view(job, quiet, json_out)
         if not json_out:  # a text file's last line ends in a newline, so the shell prompt starts on its own
-            files.write_stdout(result.text if result.text.endswith("\n") else result.text + "\n")
+            output.write_stdout(result.text if result.text.endswith("\n") else result.text + "\n")

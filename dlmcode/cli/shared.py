@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..core import files, settings
+from ..core import files, output, settings
 from ..core.errors import UsageError
 from ..core.run import ModelChoice, RunSettings
 
@@ -104,8 +104,8 @@ def decoder_checked(run: RunSettings, quiet: bool) -> RunSettings:
 
 
 def emit(text: str) -> None:
-    """A line of data on stdout; a full disk or closed pipe is one error line (files.write_stdout)."""
-    files.write_stdout(text + "\n")
+    """A line of data on stdout; a full disk or closed pipe is one error line (output.write_stdout)."""
+    output.write_stdout(text + "\n")
 
 
 def run_with_view(job: Any, quiet: bool, json_out: bool) -> Any:
