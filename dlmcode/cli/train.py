@@ -52,7 +52,7 @@ def train_assistant(
         typer.Option(
             "--option",
             "-o",
-            help="training setting key=value (repeatable; see AssistantTrainConfig in training/train_assistant.py)",
+            help="training setting key=value (repeatable; see AssistantTrainConfig in training/assistant_config.py)",
         ),
     ] = None,
     device: Device = "auto",

@@ -65,7 +65,7 @@ from ..models.builtin import (
 )
 from .batches import batch, batches, noise, step_batch
 from .checkpoints import export, initialise, load_checkpoint, model_card, portable, save_checkpoint
-from .config import TrainConfig, expand_id, overrides, parse_overrides
+from .config import TrainConfig, expand_id, parse_overrides
 from .data import (
     Stream,
     encode_stream,
@@ -128,7 +128,7 @@ def model_config(cfg: TrainConfig) -> BuiltinConfig:
     )
 
 
-# ---------------------------------------------------------------- checkpoints
+# ---------------------------------------------------------------- held-out loss
 
 
 @torch.no_grad()
@@ -368,7 +368,7 @@ def run(cfg: TrainConfig) -> dict:
     return record
 
 
-# ---------------------------------------------------------------- export
+# ---------------------------------------------------------------- python -m
 
 
 def command(
@@ -391,21 +391,8 @@ def main(args: list[str] | None = None) -> None:
     one_command(command)(args)
 
 
-# what the CLI, the assistant's training and the tests read from here, kept where they always were
-__all__ = [
-    "TrainConfig",
-    "batches",
-    "export",
-    "load_checkpoint",
-    "model_card",
-    "noise",
-    "overrides",
-    "parse_overrides",
-    "portable",
-    "save_checkpoint",
-    "step_batch",
-    "train",
-]
+# what the CLI and the tests read from here, kept where they always were
+__all__ = ["TrainConfig", "batches", "export", "model_card", "noise", "parse_overrides", "portable", "step_batch"]
 
 if __name__ == "__main__":
     main()
