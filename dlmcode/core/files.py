@@ -77,15 +77,21 @@ def read_bounded(stream: BinaryIO, name: str, limit: int | None = None) -> bytes
 def read_bytes(path: Path) -> bytes:
     if path.is_dir():
         raise InputError(f"{path} is a directory, not a file")
+    with opening(path, "read"), path.open("rb") as handle:
+        return read_bounded(handle, str(path))
+
+
+@contextlib.contextmanager
+def opening(path: str | Path, verb: str) -> Iterator[None]:
+    """An OSError opening `path` as one InputError line (`verb`: what failed otherwise, "read" or "edit")."""
     try:
-        with path.open("rb") as handle:
-            return read_bounded(handle, str(path))
+        yield
     except FileNotFoundError:
         raise InputError(f"no such file: {path}") from None
     except PermissionError:
         raise InputError(f"cannot read {path}: permission denied") from None
     except OSError as err:
-        raise InputError(f"cannot read {path}: {err.strerror}") from None
+        raise InputError(f"cannot {verb} {path}: {err.strerror}") from None
 
 
 TEMP_SUFFIX = ".dlmcode"  # hidden temp files are .NAME.<pid>.<random>.dlmcode, beside the file they replace
@@ -173,14 +179,8 @@ def names_a_stream(path: str) -> bool:
 def open_regular(path: str, target: Path) -> int:
     """`target` opened for reading, refused unless a regular file; never blocks (a FIFO) nor follows a link
     swapped in after `realpath`."""
-    try:
+    with opening(path, "edit"):
         handle = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise InputError(f"no such file: {path}") from None
-    except PermissionError:
-        raise InputError(f"cannot read {path}: permission denied") from None
-    except OSError as err:
-        raise InputError(f"cannot edit {path}: {err.strerror}") from None
     kind = stat.S_IFMT(os.fstat(handle).st_mode)
     if kind != stat.S_IFREG:
         os.close(handle)
