@@ -89,7 +89,7 @@ def configs(
     """
     names = names or list(decoders.DECODERS)
     for name in names:
-        decoders.build(name)  # an unknown name fails here, listing the decoders
+        decoders.registered(name)  # an unknown name fails here, listing the decoders; each point builds its own
     given = settings.parse_options(options)
     axes = dict(parse_sweep(s) for s in sweeps)
     for key in [*given, *axes]:

@@ -3,7 +3,6 @@ and the code (or JSON) on stdout."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Annotated
 
@@ -140,12 +139,12 @@ def generate(
             **decode.settings(),
         ).strict()  # every setting checked before torch imports
         run = decoder_checked(run, quiet)
-        from ..jobs import fill, processors
+        from ..jobs import fill, processors, wiring
 
         eos = processors.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)
         dlm = shared.load_model(run.model, quiet)
         if GUARD not in decode.asked() and (chat if chat is not None else dlm.chat is not None):
-            run = dataclasses.replace(run, options=decode.asked())  # a chat reply's code is cut out after decoding
+            run = wiring.default_guard(run)  # a chat reply's code is cut out after decoding
         job = fill.generate_job(prompt, dlm, run, chat=chat, raw=raw, eos=eos)
         result = run_with_view(job, quiet, json_out)
         if not json_out:  # a text file's last line ends in a newline, so the shell prompt starts on its own

@@ -94,13 +94,12 @@ def parse_length(length: str | None) -> int | str | None:
 
 
 def decoder_checked(run: RunSettings, quiet: bool) -> RunSettings:
-    """`run`, once its decoder and settings are known good: the registry imports torch, so this
-    comes after every cheaper check and before the model loads."""
+    """`run` with its decoder built (jobs/wiring.settled), so a bad name or setting is one line now and the
+    decoder checked is the one that decodes: the registry imports torch, so this comes after every cheaper
+    check and before the model loads (the family's own decoder is built once the model is known)."""
     with starting(quiet):
         from ..jobs import wiring
-    if run.decoder is not None:  # the family's own decoder is known once the model loads
-        wiring.make_decoder(run.decoder, run.options, run.temperature)
-    return run
+    return wiring.settled(run)
 
 
 def emit(text: str) -> None:

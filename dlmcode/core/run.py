@@ -11,6 +11,7 @@ there a CUDA device, is bf16 supported) is models/device.py's, when the model lo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class RunSettings:
     lang: str | None = None  # language of the breakage check; None: not checked
     cache: str = "none"  # KV cache: none, prefix or dual
     cache_refresh: int = 0
+    # the decoder these settings built (jobs/wiring.settled), so that a face builds it once; not a setting, and not
+    # carried by dataclasses.replace: settings changed build their decoder anew
+    built: Any = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_cache(self.cache, self.cache_refresh)
@@ -78,6 +82,12 @@ class RunSettings:
             raise UsageError(f"--length {self.length}: give a positive number of tokens")
         if not 0 <= self.seed <= SEED_MAX:
             raise UsageError(f"--seed {self.seed} is out of range; give 0 to 2**63 - 1")
+
+    def holding(self, built: Any) -> RunSettings:
+        """These settings with the decoder they built (jobs/wiring.settled)."""
+        kept = dataclasses.replace(self)
+        object.__setattr__(kept, "built", built)  # frozen: set once, on a copy no one else holds yet
+        return kept
 
     def strict(self) -> RunSettings:
         """These settings, refused where a flag would do nothing (the CLI's rule; a bench sweep

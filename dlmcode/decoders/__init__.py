@@ -52,11 +52,17 @@ DECODERS: dict[str, type[Decoder]] = {
 }
 
 
-def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
-    """A decoder by registry name, with settings given as strings (from `-o key=value`) or values."""
+def registered(name: str) -> type:
+    """The decoder class registered as `name`, or a UsageError listing the registry (a name checked, nothing built)."""
     cls = DECODERS.get(name)
     if cls is None:
         raise UsageError(f"unknown decoder {name!r}; choose from: {', '.join(DECODERS)}")
+    return cls
+
+
+def build(name: str, options: Mapping[str, Any] | None = None) -> Decoder:
+    """A decoder by registry name, with settings given as strings (from `-o key=value`) or values."""
+    cls = registered(name)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
     hints = typing.get_type_hints(cls)
     values = {}

@@ -29,6 +29,8 @@ from ..text import oracle, spans
 from .guarding import JobGuard
 from .job import Job
 
+GUARD = "guard"  # the setting a decoder asks for the guard by (core/contracts.Guarded)
+
 
 def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temperature: float | None) -> Decoder:
     """A decoder from a registry name and settings (or an instance), with `temperature` applied."""
@@ -42,25 +44,36 @@ def make_decoder(decoder: str | Decoder, options: Mapping[str, Any] | None, temp
 
 
 def settled(run: RunSettings) -> RunSettings:
-    """`run` with its decoder built (a UsageError naming a bad name or setting): the registry imports torch, so a
-    face calls this after its cheaper checks and before the model loads. No decoder named: the family's own, built
-    by `decoding` once the model is known."""
+    """`run` holding its decoder, built (a UsageError naming a bad name or setting): the registry imports torch, so a
+    face calls this after its cheaper checks and before the model loads, and `decoding` builds nothing again. No
+    decoder named: the family's own, built by `decoding` once the model is known."""
     if run.decoder is None:
         return run
-    return dataclasses.replace(
-        run, decoder=make_decoder(run.decoder, run.options, run.temperature), options=None, temperature=None
-    )
+    return run.holding(make_decoder(run.decoder, run.options, run.temperature))
+
+
+def default_guard(run: RunSettings) -> RunSettings:
+    """`run` with its decoder's guard setting back at the decoder's own default (off, but for syntax-guard's): for a
+    face that turns the guard on by default, where the guard cannot hold (a chat reply's code is cut out after
+    decoding). A decoder the settings held is kept, with that one field back, not built again."""
+    unguarded = dataclasses.replace(run, options={k: v for k, v in (run.options or {}).items() if k != GUARD})
+    held = run.built
+    if held is None or not (isinstance(held, contracts.Guarded) and dataclasses.is_dataclass(held)):
+        return unguarded if held is None else unguarded.holding(held)
+    default = next(f.default for f in dataclasses.fields(held) if f.name == GUARD)
+    return unguarded.holding(dataclasses.replace(held, guard=default))
 
 
 def decoding(dlm: Dlm, run: RunSettings) -> tuple[Decoder, Dlm]:
-    """The run's decoder (built unless `settled` built it, codila's assistant attached) and the model behind its KV
-    cache.
+    """The run's decoder (built, unless the run holds it: `settled`; codila's assistant attached) and the model
+    behind its KV cache.
 
     No decoder named (None): the family's own, with the settings it publishes under the run's."""
     name, options = run.decoder, run.options
     if name is None:
         name, options = dlm.decoder, {**dlm.decoder_options, **(run.options or {})}
-    built = with_assistant(make_decoder(name, options, run.temperature), dlm)  # codila: its assistant
+    built = run.built if run.built is not None else make_decoder(name, options, run.temperature)
+    built = with_assistant(built, dlm)  # codila: its assistant
     if dlm.blocks is not None:  # a block family's exact cache stands behind every decode (models/blocks.py)
         if run.cache != "none":
             raise UsageError(

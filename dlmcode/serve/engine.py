@@ -72,6 +72,7 @@ class Answer:
 
 WARMUP = "warmup"
 GUARD = "guard"  # the decoder setting every request has on unless told guard=false (docs/serve.md)
+KEPT_DECODERS = 64  # settings whose decoder the engine keeps built (a client may send any number of them)
 Emit = Callable[[str], None]  # a stream's sink: the next piece of the fill's final text
 
 
@@ -88,6 +89,7 @@ class Engine:
     name: str = "dlmcode"  # the model name the protocols report
     lines: int = 1  # the length rule's line limit (length.py rule 3); 0: none
     batch: int = 1  # decodes sharing each model forward (queue.py); 1: one decode at a time, the model not routed
+    built: dict[tuple, Decoder] = field(default_factory=dict, init=False, repr=False)  # decoder_for's, by settings
 
     def __post_init__(self) -> None:
         check_batch(self.batch)
@@ -112,10 +114,22 @@ class Engine:
         options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
         if not (isinstance(name, str) and decoders.fixed(name, GUARD)):  # syntax-guard carries its own guard
             options.setdefault(GUARD, self.options.get(GUARD, True))  # guarded unless the server or request says no
-        try:
-            return wiring.make_decoder(name, {k: text(v) for k, v in options.items()}, req.temperature)
-        except UsageError as err:
-            raise BadRequest(str(err)) from None
+        return self.decoder_for(name, tuple((k, text(v)) for k, v in options.items()), req.temperature)
+
+    def decoder_for(self, name: str, options: tuple[tuple[str, str], ...], temperature: float | None) -> Decoder:
+        """The decoder these settings build (jobs/wiring.py, as every face builds one), built once: the check at
+        the door and the decode share it, and so do the requests that ask for the same; a BadRequest for a bad
+        name or setting. Decoders are frozen: a job hands its own copy what it takes (its guard, its assistant)."""
+        key = (name, options, temperature)
+        found = self.built.get(key)
+        if found is None:
+            try:
+                found = wiring.make_decoder(name, dict(options), temperature)
+            except UsageError as err:
+                raise BadRequest(str(err)) from None
+            if len(self.built) < KEPT_DECODERS:
+                self.built[key] = found
+        return found
 
     def warmup(self, req: Fill) -> bool:
         """Nothing to predict (n_predict 0), or an editor's warm-up (n_predict 1, no code): answer at once."""
