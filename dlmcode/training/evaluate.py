@@ -279,7 +279,7 @@ class EvalConfig:
 
 
 def parse_settings(args: list[str]) -> EvalConfig:
-    from .train import overrides
+    from .config import overrides
 
     return overrides(EvalConfig(), args, what="evaluation setting")
 
