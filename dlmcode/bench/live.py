@@ -58,6 +58,8 @@ class Board:
         if not self.out.is_terminal or self.out.quiet:
             return self._logged(samples)
         new, self.live = [], True
+        # opened as cli/view.py opens its Live for a decode (stderr, transient, stdout left alone): the bench
+        # draws its own table at its own rate, and imports nothing from the CLI above it
         with Live(
             self.table(),
             console=self.out,

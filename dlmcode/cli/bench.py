@@ -107,6 +107,8 @@ def compare(
             emit(json.dumps(runner.compare_summary(found, configs, meta), ensure_ascii=False))
 
 
+# One Annotated type a flag, as in every cli module: the shape repeats, the names and help are each command's
+# own (flags.py holds the flags several commands share).
 Suite = Annotated[
     str,
     typer.Option(
@@ -115,10 +117,6 @@ Suite = Annotated[
         help="heldout-single|-multi|-span, humaneval-infill-single|-multi|-span|-span-light, humaneval, or a "
         ".jsonl(.gz) file or a folder",
     ),
-]
-BenchSweep = Annotated[
-    list[str] | None,
-    typer.Option(help="key=v1,v2,...: run each value; several --sweep run their cartesian product"),
 ]
 BenchLength = Annotated[
     int,
@@ -159,13 +157,14 @@ FillLength = Annotated[
 ]
 
 
+# bench opens with compare's flags (decoders, -o, --sweep, seed): one Typer parameter each, as Typer reads them
 @app.command(cls=Command)
 @model_flags
 def bench(
     suite: Suite,
     decoder: Decoders = None,
     option: Option = None,
-    sweep: BenchSweep = None,
+    sweep: Sweep = None,
     limit: Annotated[int | None, typer.Option(help="only the first N tasks")] = None,
     seed: Seed = 0,
     length: BenchLength = 128,

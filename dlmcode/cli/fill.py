@@ -10,7 +10,7 @@ import typer
 
 from ..core import files, output
 from ..core.entry import Command, reported
-from ..core.run import ModelChoice, RunSettings
+from ..core.run import ModelChoice
 from . import shared
 from .app import app
 from .flags import (
@@ -27,8 +27,10 @@ from .flags import (
     finite,
     model_flags,
 )
-from .shared import checked_language, decoder_checked, emit, parse_length, run_with_view
+from .shared import emit, run_settings, run_with_view
 
+# One Annotated type a flag, as in every cli module: the shape repeats, the names and help are each command's
+# own (flags.py holds the flags several commands share).
 Span = Annotated[
     str | None,
     typer.Option(
@@ -73,13 +75,7 @@ def infill(
     with reported(), files.editing(file, force, in_place) as original:
         source = original.text if original is not None else files.read_source(file)
         where = spans.parse_span(span, source) if span is not None else None
-        run = RunSettings(
-            model=choice,
-            length=parse_length(length),
-            lang=checked_language(file, lang, source),
-            **decode.settings(),
-        ).strict()  # every setting checked before torch imports
-        run = decoder_checked(run, quiet)
+        run = run_settings(choice, decode, length, file, lang, source, quiet)
         from ..jobs import fill
 
         job = fill.infill_job(source, where, shared.load_model(run.model, quiet), run)
@@ -132,13 +128,7 @@ def generate(
     """Continue a prompt (or answer a request, with a chat model) and print the code."""
     with reported():
         prompt = files.read_source(prompt_file)
-        run = RunSettings(
-            model=choice,
-            length=parse_length(length),
-            lang=checked_language(prompt_file, lang, prompt),
-            **decode.settings(),
-        ).strict()  # every setting checked before torch imports
-        run = decoder_checked(run, quiet)
+        run = run_settings(choice, decode, length, prompt_file, lang, prompt, quiet)
         from ..jobs import fill, processors, wiring
 
         eos = processors.EndOfText(logits_eos_inf, confidence_eos_eot_inf, eos_penalty)

@@ -13,6 +13,7 @@ from typing import Any
 from ..core import files, output, settings
 from ..core.errors import UsageError
 from ..core.run import ModelChoice, RunSettings
+from .flags import Decode
 
 
 def load_model(choice: ModelChoice, quiet: bool) -> Any:
@@ -100,6 +101,20 @@ def decoder_checked(run: RunSettings, quiet: bool) -> RunSettings:
     with starting(quiet):
         from ..jobs import wiring
     return wiring.settled(run)
+
+
+def run_settings(
+    choice: ModelChoice, decode: Decode, length: str | None, path: str, lang: str | None, text: str, quiet: bool
+) -> RunSettings:
+    """infill's and generate's run from their flags: every setting checked before torch imports, then the decoder
+    built (decoder_checked)."""
+    run = RunSettings(
+        model=choice,
+        length=parse_length(length),
+        lang=checked_language(path, lang, text),
+        **decode.settings(),
+    ).strict()
+    return decoder_checked(run, quiet)
 
 
 def emit(text: str) -> None:

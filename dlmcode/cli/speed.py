@@ -15,6 +15,8 @@ from .app import app
 from .flags import MODEL, Quiet, model_flags
 from .shared import emit, starting
 
+# One Annotated type a flag, as in every cli module: the shape repeats, the names and help are each command's
+# own (flags.py holds the flags several commands share).
 Lengths = Annotated[
     str | None, typer.Option(help="prompt lengths in tokens, comma-separated [default: 128,512,2048; --quick: 128]")
 ]

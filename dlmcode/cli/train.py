@@ -40,6 +40,7 @@ def train(
         emit(json.dumps(last))
 
 
+# Its flags mirror `train`'s (an -o for its own config, --export): two configs, each flag's help names its own.
 @app.command(name="train-assistant", cls=Command)
 def train_assistant(
     model: Model = None,

@@ -258,6 +258,8 @@ class Revising(BaseDecoder):
         return super().max_calls(n_holes) + self.reopens(n_holes)
 
 
+# The shape every decoder repeats (docs/design.md's recipe): a frozen dataclass, each setting with its default and
+# comment, checked in __post_init__; one shared checker would hide which setting each rule is for.
 @dataclass(frozen=True)
 class Remasking(Revising):
     """A revising decoder with a reopen budget setting."""

@@ -177,6 +177,7 @@ class HfAssistant(nn.Module):
         out = self.model(inputs_embeds=x, cache=past, use_cache=True, logits_to_keep=1)  # `cache`: transformers >= 5.24
         return out.logits[:, -1, : self.vocab], out.cache
 
+    # a plain record of its fields, as text/syntax.Breakage.to_dict writes its own
     def meta(self) -> dict:
         return {
             "vocab": self.vocab,

@@ -73,6 +73,8 @@ class LayerKV:
         return kv.k[self.i], kv.v[self.i]
 
 
+# The same layer()/join() shape as KV and LayerKV on purpose: attention (native.attend) joins through either, one
+# decode's cache or a batch of them.
 class RowsKV:
     """Several decodes' KV caches as one batch (run_rows): row r runs its first `sizes[r]` query
     positions through its own cache, and attention sees each row's keys padded to the longest."""

@@ -197,6 +197,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     eos_id = hf.first_id(gen["eos"], text.eos_token_id, tok.eos_token_id, vocab_size=vocab)
     pad_id = hf.first_id(text.pad_token_id, tok.pad_token_id, vocab_size=vocab)
     bos_id = hf.bos_of(hf.framing(tok))
+    # every family fills the Dlm record field by field (models/base.py): the shape repeats, the values are its own
     return Dlm(
         name=hf.label(path),
         family="diffusion-gemma",

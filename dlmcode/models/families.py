@@ -26,6 +26,7 @@ class Family:
         return asdict(self)
 
 
+# A table, one row a family, written out field by field (LLaDA's and Dream's rows differ only in name and models).
 ROWS = (
     Family("builtin", "the shipped model (default)", "full", "mask", "low-confidence", "native", "dlmcode", "its own"),
     Family(

@@ -51,6 +51,7 @@ def load_remote(path: Path, config: dict, device: torch.device, dtype: torch.dty
     return adapt(path, config, tok, hf.vocab_size(model), hf.make_predict(model), device, dtype)
 
 
+# As dream.adapt: hf.adapt builds every transformers family's Dlm; each adapter passes its published ids by name.
 def adapt(
     path: Path, config: dict, tok: Any, vocab: int, predict: Predict, device: torch.device, dtype: torch.dtype
 ) -> Dlm:

@@ -65,6 +65,7 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
     frame = hf.framing(tok)
     eos_id = hf.first_id(tok.sep_token_id, tok.eos_token_id, vocab_size=vocab)
     pad_id = hf.first_id(tok.pad_token_id, vocab_size=vocab)
+    # every family fills the Dlm record field by field (models/base.py): the shape repeats, the values are its own
     return Dlm(
         name=hf.label(path),
         family="masked-lm",

@@ -134,6 +134,7 @@ def kind(value: Any) -> str:
     return names.get(type(value), "a number")
 
 
+# One reader a JSON type: each opens the same way (absent or null: the default) and then checks its own type.
 def string(body: Mapping[str, Any], key: str, default: str = "") -> str:
     value = body.get(key)
     if value is None:

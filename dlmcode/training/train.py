@@ -371,6 +371,8 @@ def run(cfg: TrainConfig) -> dict:
 # ---------------------------------------------------------------- python -m
 
 
+# Each python -m training module starts alike (evaluate, train_assistant): a Typer command over key=value settings,
+# run under entry.reported; they differ in the settings they parse and what they print.
 def command(
     settings: Annotated[
         list[str] | None,
