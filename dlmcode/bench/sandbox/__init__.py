@@ -23,28 +23,24 @@ run with the limits and the audit hook only, which does not stop code written to
 
 from __future__ import annotations
 
-import ast
-import builtins
 import contextlib
 import functools
-import glob
 import marshal
 import os
 import selectors
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ...core.errors import DlmcodeError
-from ...core.files import alive
 from . import cgroup, harness
+from .given import free_names, harness_code, interpreter, package_folders, python_folders, scrubbed_env
+from .homes import remove_stale_homes as remove_stale_homes  # handed on: what sandbox.scratch runs first
+from .homes import scratch
 
 GRACE = 1.0  # seconds a failed run's sample gets to end by itself, so that we can say how it ended
 REPORT_BYTES = 1 << 16  # the most we read of a report pipe
@@ -148,40 +144,6 @@ def nproc(limits: Limits, group: cgroup.RunGroup | None) -> int:
     """RLIMIT_NPROC for a run: its limit with a cgroup; without one, 1 (no new process or thread, the three
     of the jail are already past it), since a child would get --memory MiB of its own."""
     return limits.processes if group is not None else 1
-
-
-# ---------------------------------------------------------------- the runs' folders, and those of dead benches
-
-HOME_PREFIX = "dlmcode-sandbox-"  # a run's folder in the temp folder: dlmcode-sandbox-<pid>-<random>
-
-
-def scratch() -> tempfile.TemporaryDirectory:
-    """A run's folder (the processes' stdout and stderr), named with our pid so that a later bench
-    can tell it from a live one's when a kill -9 left it behind."""
-    remove_stale_homes()
-    return tempfile.TemporaryDirectory(prefix=f"{HOME_PREFIX}{os.getpid()}-")
-
-
-@functools.cache
-def remove_stale_homes() -> list[Path]:
-    """Remove the run folders of benches that are gone (once per process, as files.py does for
-    --in-place's temp files): only our own real folders, whose pid in the name is dead."""
-    removed = []
-    for home in Path(tempfile.gettempdir()).glob(f"{HOME_PREFIX}*-*"):
-        pid = home.name[len(HOME_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)) and _ours(home):
-            shutil.rmtree(home, ignore_errors=True)  # rmtree does not follow links inside it
-            removed.append(home)
-    return removed
-
-
-def _ours(path: Path) -> bool:
-    """A folder, not a link to one, that we own: another user's look-alike in a shared /tmp is left alone."""
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 # ---------------------------------------------------------------- isolation: available or refused
@@ -422,78 +384,3 @@ def _why(code: int | None) -> str:
     if code < 0:
         return f"the judge was killed by {signal.Signals(-code).name}"
     return f"the judge ended with exit status {code} and no verdict"
-
-
-# ---------------------------------------------------------------- what the processes are given
-
-
-@functools.cache
-def harness_code():
-    """harness.py compiled once: a start then costs no compile (marshal is safe here: we wrote it)."""
-    return compile(Path(harness.__file__).read_text(encoding="utf-8"), harness.__file__, "exec")
-
-
-@functools.cache
-def interpreter() -> str:
-    """The real Python binary (a virtualenv's python is a link): jailed, it finds only its own stdlib."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-
-
-@functools.cache
-def python_folders(everything: bool = False) -> list[str]:
-    """The folders of the Python installation (stdlib, binary); without `everything`, those outside the
-    system folders (the jail binds those anyway)."""
-    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(interpreter()))}
-    system = tuple(s + "/" for s in harness.SYSTEM)
-    return sorted(p for p in found if everything or not (p + "/").startswith(system))
-
-
-PACKAGE_GLOBS = ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib*/python3/dist-packages")
-
-
-@functools.cache
-def package_folders() -> list[str]:
-    """Where third-party packages live in what the jail binds: the installation's site-packages and
-    the system's dist-packages (Debian), hidden inside it so that only the standard library imports."""
-    roots = {*python_folders(everything=True), *(p for p in harness.SYSTEM if os.path.isdir(p)), "/usr/local"}
-    found = {
-        os.path.realpath(f)
-        for root in roots
-        for pattern in PACKAGE_GLOBS
-        for f in glob.glob(os.path.join(root, pattern))
-    }
-    return sorted(f for f in found if os.path.isdir(f))
-
-
-def scrubbed_env(home: Path, isolated: bool) -> dict[str, str]:
-    """Nothing of the user's environment: no tokens, no proxies, no PYTHONPATH."""
-    folder = "/tmp" if isolated else str(home)
-    return {
-        "PATH": os.defpath,
-        "HOME": folder,
-        "TMPDIR": folder,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-
-
-@functools.lru_cache(maxsize=1024)
-def free_names(test: str) -> frozenset[str]:
-    """Names the test reads but neither binds nor gets from builtins: the program's (HumanEval/32's poly)."""
-    try:
-        tree = ast.parse(test)
-    except SyntaxError:
-        return frozenset()
-    loads, bound = set(), set(dir(builtins))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return frozenset(loads - bound)
