@@ -1,7 +1,7 @@
 """What of an editor's text can reach the model: far ends cut before anything is tokenized.
 
 The model sees at most `context` tokens, so text far from the cursor is windowed out anyway
-(spans.fit_window, token-exact, whole lines, `truncated` in the answer). Tokenizing a
+(windows.fit_window, token-exact, whole lines, `truncated` in the answer). Tokenizing a
 megabyte to learn that costs seconds (the tokenizer holds the GIL, so the event loop stalls)
 and hundreds of MB the allocator keeps. Here the far ends go first, by characters: the
 prefix (after input_extra) keeps its last CHARS_PER_TOKEN x context characters, the suffix

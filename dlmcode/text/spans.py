@@ -33,12 +33,11 @@ the file byte for byte, and a character whose bytes fall in two tokens decodes w
 The price is that no token merges across a hole's edge (the model sees "\\n" then
 "    return" where whole-file tokenisation might give "\\n   " then " return").
 
-Windows. When the canvas would be longer than the model's context, whole lines are
-dropped from the far ends of the text before the first hole and after the last, about
-as many tokens on each side; the holes and the text between them are always kept. The
-cut text is kept in the Plan, so splice() returns the whole file. BOS starts every
-canvas; EOS ends it only when the window reaches the end of the file, since a cut suffix
-is not the end of the text (its slot is reserved either way).
+Windows. When the canvas would be longer than the model's context, windows.py cuts whole lines
+from the far ends (the holes and the text between them are always kept); the cut text is kept in
+the Plan, so splice() returns the whole file. BOS starts every canvas; EOS ends it only when the
+window reaches the end of the file, since a cut suffix is not the end of the text (its slot is
+reserved either way).
 """
 
 from __future__ import annotations
@@ -51,14 +50,11 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import InputError, UsageError
 from ..core.vocab import Tokenizer, Vocab
+from .windows import fit_window
 
 if TYPE_CHECKING:  # torch is imported where a canvas is built: the CLI checks --span before paying ~2 s for torch
     from ..core.canvas import Canvas
 
-# The most characters one token stands for, in any tokenizer dlmcode loads (the longest are runs of
-# spaces and repeated punctuation, well under 100); text longer than budget x this cannot fit a window
-# of `budget` tokens, so it is never tokenised. A generous bound, ours.
-MAX_TOKEN_CHARS = 1024
 DEFAULT_MARKER_LENGTH = 16  # tokens for a bare ⟦fill⟧: about one line of code; our choice
 MARKER_HELP = "write ⟦fill⟧ or ⟦fill:N⟧ with N tokens, N ≥ 1"
 
@@ -68,7 +64,6 @@ _MARKER_LIKE = re.compile(r"⟦[ \t]*fill\b[^⟧\n]*⟧?")
 _SPAN = re.compile(r"([0-9]+)(?::([0-9]+))?")  # [0-9], not \d or int(): no "+3", "1_0", "٣"
 _SPAN_HELP = "expected A:B or A (1-based line numbers, A ≤ B)"
 LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the module docstring says why these three
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # one line with its break; a last one without
 
 
 @dataclass(frozen=True)
@@ -272,65 +267,6 @@ def _check_no_mask(ids: list[int], positions: Sequence[range], mask_id: int) -> 
     """A mask id in the context would turn text into a hole: refuse such text."""
     if ids.count(mask_id) != sum(len(r) for r in positions):
         raise InputError(f"the text contains the model's mask token (id {mask_id}); remove it first")
-
-
-# ---------------------------------------------------------------- windows
-
-
-def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple[int, int]:
-    """(chars cut from the start of head, chars kept from the start of tail) within budget tokens.
-
-    Whole lines go from the far ends, each side first getting half the budget and then what
-    the other side leaves. Per-line counts guide the choice; the joined text is re-tokenised
-    to check it, because counts of separately tokenised lines do not add up exactly. Lines
-    too far to fit even at MAX_TOKEN_CHARS a token are never tokenised: an 8 MiB file costs
-    the window's tokens, not the file's (2.4 GB and 47 s to tokenise `x = 1 + 1 + ...`).
-    """
-    most = budget * MAX_TOKEN_CHARS
-    before, after = _nearest(_split_lines(head)[::-1], most), _nearest(_split_lines(tail), most)  # nearest first
-    near_head, near_tail = "".join(before[::-1]), "".join(after)
-    if len(tokenizer.encode(near_head)) + len(tokenizer.encode(near_tail)) <= budget:
-        return len(head) - len(near_head), len(near_tail)
-    cost_b = [len(tokenizer.encode(line)) for line in before]
-    cost_a = [len(tokenizer.encode(line)) for line in after]
-    nb = _fits(cost_b, budget // 2)
-    na = _fits(cost_a, budget - sum(cost_b[:nb]))
-    nb = _fits(cost_b, budget - sum(cost_a[:na]))
-    while True:
-        kept_b, kept_a = "".join(before[:nb][::-1]), "".join(after[:na])
-        used_b, used_a = len(tokenizer.encode(kept_b)), len(tokenizer.encode(kept_a))
-        if used_b + used_a <= budget:
-            return len(head) - len(kept_b), len(kept_a)
-        if nb and (used_b >= used_a or not na):
-            nb -= 1
-        else:
-            na -= 1
-
-
-def _nearest(lines: list[str], most: int) -> list[str]:
-    """The leading `lines` (nearest the holes first) whose characters add up to at most `most`: text
-    with more characters than that has more tokens than the budget, whatever the tokenizer."""
-    total = 0
-    for n, line in enumerate(lines):
-        total += len(line)
-        if total > most:
-            return lines[:n]
-    return lines
-
-
-def _split_lines(text: str) -> list[str]:
-    """Lines with their line break kept; a last line without one is kept too."""
-    return _LINE.findall(text)
-
-
-def _fits(costs: list[int], budget: int) -> int:
-    """How many leading costs fit in budget."""
-    total = 0
-    for n, cost in enumerate(costs):
-        total += cost
-        if total > budget:
-            return n
-    return len(costs)
 
 
 # ---------------------------------------------------------------- splicing
