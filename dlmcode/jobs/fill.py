@@ -96,6 +96,8 @@ def prepare_infill(
     `cache` (none, prefix, dual) and `cache_refresh` set the KV cache (models/cache.py).
     The keyword arguments are a RunSettings' fields (run.py); infill_job takes one.
     """
+    # the keywords as one run's settings, checked there; prepare_infill, prepare_generate and prepare_middle (the
+    # Python API's three doors) each map their own keywords, so each writes them out
     run = RunSettings(
         decoder=decoder,
         options=options,
@@ -173,6 +175,8 @@ def prepare_generate(
 
     The keyword arguments but chat, raw and eos are a RunSettings' fields (run.py); generate_job takes one.
     """
+    # the keywords as one run's settings, checked there; prepare_infill, prepare_generate and prepare_middle (the
+    # Python API's three doors) each map their own keywords, so each writes them out
     run = RunSettings(
         decoder=decoder,
         options=options,
@@ -217,27 +221,7 @@ def generate_job(
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     processors = eos.processors(model)
     processors += growth_bans(model) if growth else ()
-    if not use_chat:
-        return wired(
-            Job(
-                plan,
-                model,
-                built,
-                run.seed,
-                run.lang,
-                trim_at=model.eos_id,
-                processors=processors,
-                sized=sized,
-                growth=growth,
-                cut=cut,
-            )
-        )
-    if oracle.wants(built):
-        raise UsageError(
-            f"decoder {decoders.name_of(built)!r} cannot steer a chat reply (its code is cut out after decoding); use "
-            "--no-chat"
-        )
-    reply = (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
+    finish = chat_reply(built, raw) if use_chat else None
     return wired(
         Job(
             plan,
@@ -245,7 +229,7 @@ def generate_job(
             built,
             run.seed,
             run.lang,
-            finish=reply,
+            finish=finish,
             trim_at=model.eos_id,
             processors=processors,
             sized=sized,
@@ -253,6 +237,17 @@ def generate_job(
             cut=cut,
         )
     )
+
+
+def chat_reply(decoder: Decoder, raw: bool) -> Callable[[spans.Filled], str]:
+    """What a chat job keeps of the reply: all of it (raw), or its code; a UsageError for a decoder that steers by
+    the code's syntax, which a reply only has once its code is cut out after decoding."""
+    if oracle.wants(decoder):
+        raise UsageError(
+            f"decoder {decoders.name_of(decoder)!r} cannot steer a chat reply (its code is cut out after decoding); "
+            "use --no-chat"
+        )
+    return (lambda filled: filled.fills[0]) if raw else (lambda filled: extract_code(filled.fills[0]))
 
 
 def whole_blocks(
@@ -298,6 +293,8 @@ def prepare_middle(
     fill at the first (Result.ids); without them the holes hold code only. `client`: the guard judges, and
     breakage measures, the text the server's client splices (Client).
     """
+    # the keywords as one run's settings, checked there; prepare_infill, prepare_generate and prepare_middle (the
+    # Python API's three doors) each map their own keywords, so each writes them out
     run = RunSettings(
         decoder=decoder,
         options=options,
