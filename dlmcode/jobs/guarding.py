@@ -179,7 +179,7 @@ class JobGuard:
     def session(self) -> Any:
         """The guard's session of the decode under way (its witness), or None when unguarded."""
         completer = built(self.job.decoder)
-        return completer.session if completer is not None and getattr(self.job.decoder, "guard", False) else None
+        return completer.session if completer is not None and contracts.guarded(self.job.decoder) else None
 
     def ending(self, tokens: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
         """(h,) the ids to commit at every hole left of canvas `tokens` when a face ends the decode early (the
@@ -201,7 +201,7 @@ class JobGuard:
     def report(self) -> dict[str, Any] | None:
         """What the guard did, for a face that reports it per answer (serve): None when the decode was not asked
         to be guarded; `gave_up` (and `why`) when it could not hold, so the decode ran unguarded."""
-        if not getattr(self.job.decoder, "guard", False):
+        if not contracts.guarded(self.job.decoder):
             return None
         completer = built(self.job.decoder)
         stats = completer.last if completer is not None else None
