@@ -72,6 +72,7 @@ from .data import (
     line_end_table,
     stream_of,
 )
+from .progress import LogWindow, appended
 
 # ---------------------------------------------------------------- loss, schedule
 
@@ -147,26 +148,6 @@ def evaluate(model, stream: Stream, line_end, cfg: TrainConfig, autocast) -> flo
 
 
 # ---------------------------------------------------------------- the loop
-
-
-class LogWindow:
-    """Loss and throughput over the steps since the last log line (or checkpoint)."""
-
-    def __init__(self) -> None:
-        self.restart()
-
-    def restart(self) -> None:
-        self.t, self.tokens, self.loss, self.steps = time.perf_counter(), 0, 0.0, 0
-
-    def add(self, tokens: int, loss: float) -> None:
-        self.tokens, self.loss, self.steps = self.tokens + tokens, self.loss + loss, self.steps + 1
-
-    def line(self, state: dict, **extra) -> dict:
-        """The log event of the window that ends now; the next one starts."""
-        seconds = time.perf_counter() - self.t
-        loss, tok_s = self.loss / self.steps, self.tokens / seconds
-        self.restart()
-        return {"step": state["step"], "loss": loss, "tok_s": tok_s, "elapsed": state["elapsed"], **extra}
 
 
 def prepare(cfg: TrainConfig, out: Path):
@@ -350,14 +331,6 @@ def checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, a
 def logged(cfg: TrainConfig) -> Iterator[dict]:
     """`train`, appending every record to out/progress.jsonl as it goes."""
     return appended(train(cfg), Path(cfg.out) / "progress.jsonl")
-
-
-def appended(records: Iterator[dict], path: Path) -> Iterator[dict]:
-    """Pass `records` through, appending each one to the JSONL file at `path` first."""
-    for record in records:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        yield record
 
 
 def run(cfg: TrainConfig) -> dict:

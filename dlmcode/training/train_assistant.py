@@ -45,6 +45,7 @@ from .assistant_card import export
 from .assistant_config import AssistantTrainConfig, check_config, command, parse_overrides
 from .assistant_data import encode, examples, factorised, loss_on, mask, newline_table, pad_hole
 from .checkpoints import load_checkpoint, save_checkpoint
+from .progress import LogWindow, appended
 
 # ---------------------------------------------------------------- models
 
@@ -141,7 +142,7 @@ def train(cfg: AssistantTrainConfig) -> Iterator[dict]:
 
 def loop(cfg, dlm, model, opt, state, rng, stream, held, out: Path) -> Iterator[dict]:
     budget = cfg.minutes * 60
-    last_ckpt, window = state["elapsed"], T.LogWindow()
+    last_ckpt, window = state["elapsed"], LogWindow()
     model.train()
     while state["elapsed"] < budget and not (cfg.max_steps and state["step"] >= cfg.max_steps):
         t0 = time.perf_counter()
@@ -204,7 +205,7 @@ def checkpoint(cfg, model, opt, state, rng, held, out: Path, device) -> dict:
 
 def logged(cfg: AssistantTrainConfig) -> Iterator[dict]:
     """`train`, appending every record to out/progress.jsonl as it goes."""
-    return T.appended(train(cfg), Path(cfg.out) / "progress.jsonl")
+    return appended(train(cfg), Path(cfg.out) / "progress.jsonl")
 
 
 # ---------------------------------------------------------------- python -m
