@@ -1,4 +1,6 @@
-"""Training the built-in dLLM: corpus, tokenizer, masking, the training loop, export.
+"""Training the built-in dLLM: corpus, tokenizer, the loss, the schedule and the loop. What a step sees
+(batches.py: the masking below), the settings (config.py) and checkpoints and export (checkpoints.py) are
+modules of their own; this docstring is the recipe they follow.
 
 Corpus: the running interpreter's stdlib (`sysconfig` "stdlib"), every *.py file that parses,
 minus test folders (`test`, `tests`, `idle_test`), `idlelib`, `site-packages`, `__pycache__`
