@@ -20,7 +20,7 @@ def train(
     option: Annotated[
         list[str] | None,
         typer.Option(
-            "--option", "-o", help="training setting key=value (repeatable; see dlmcode/training/train.py TrainConfig)"
+            "--option", "-o", help="training setting key=value (repeatable; see dlmcode/training/config.py TrainConfig)"
         ),
     ] = None,
     export: Annotated[
