@@ -27,6 +27,7 @@ from .prophet import Prophet
 from .random import Random
 from .renoise import Renoise
 from .saber import Saber
+from .subblocks import SubBlocks
 from .syntax_guard import SyntaxGuard
 from .threshold import Threshold
 from .wino import Wino
@@ -49,6 +50,7 @@ DECODERS: dict[str, type[Decoder]] = {
     "syntax-guard": SyntaxGuard,
     "renoise": Renoise,
     "dynamic": Dynamic,
+    "subblocks": SubBlocks,
 }
 
 

@@ -48,6 +48,13 @@ class BlockState(NamedTuple):
     holes: int  # holes in the block when it started
     step: int  # 0-based step within the block
     size: int = 0  # positions a block family's block spans (its first may hold the prompt's tail); 0: its holes
+    offsets: Tensor | None = None  # (H,) each active hole's position less its block's first (shared loop only)
+
+
+def start_of(canvas: Canvas, positions: Tensor) -> int:
+    """Where the block of `positions` starts: its family block's first position (Canvas.blocks), else its first."""
+    first = int(positions[0])
+    return max((s for s in canvas.blocks if s <= first), default=first) if canvas.blocks else first
 
 
 def span_of(canvas: Canvas, positions: Tensor) -> int:
@@ -147,9 +154,8 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
             pos, ids, scores = EMPTY, EMPTY, torch.empty(0)
             if visible.numel():
                 rows = logits if gate is None else logits[visible.to(logits.device)]  # (H, V)
-                pos, ids, scores = propose(
-                    decoder, rows, canvas, visible, BlockState(number, len(runs), len(positions), step, size), rng
-                )
+                state = BlockState(number, len(runs), len(positions), step, size, visible - start_of(canvas, positions))
+                pos, ids, scores = propose(decoder, rows, canvas, visible, state, rng)
             if gate is not None:
                 pos, ids, scores, owed = through_gate(
                     gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng

@@ -27,7 +27,7 @@ import torch
 
 from ..core.errors import DlmcodeError, ModelError, UsageError
 from ..core.vocab import Tokenizer
-from . import builtin, diffusion_gemma, dream, hf, llada, llada2, masked_lm, sdar
+from . import builtin, diffusion_gemma, dream, fast_dllm, hf, llada, llada2, masked_lm, sdar
 from .base import Dlm
 from .device import resolve_device, resolve_dtype
 
@@ -40,6 +40,7 @@ FAMILIES = {
     "diffusion-gemma": diffusion_gemma,
     "sdar": sdar,
     "llada2": llada2,
+    "fast-dllm-v2": fast_dllm,
     "masked-lm": masked_lm,
 }
 BUILTIN = "builtin"  # the name (and family) of the model shipped in dlmcode/weights/builtin

@@ -96,13 +96,15 @@ class PendingSession:
         keys = torch.arange(0, self.stored + len(pos), device=self.device)  # (K,)
         return keys[None, :] // self.size <= pos[:, None] // self.size
 
-    def store(self) -> None:
-        """The finished tokens waiting, in a forward of their own: their keys and values join the cache."""
+    def store(self) -> Tensor:
+        """The finished tokens waiting, in a forward of their own: their keys and values join the cache; their
+        (m, V) logits."""
         x = self.pending.to(self.device)  # (m,)
         pos = torch.arange(self.stored, self.stored + len(x), device=self.device)
-        self.forward(x, pos, self.seen(pos))
+        logits = self.forward(x, pos, self.seen(pos))
         self.forwards.append((len(x), self.stored + len(x)))
         self.stored, self.pending = self.stored + len(x), self.pending[:0]
+        return logits
 
     pads = False  # the family runs several sessions' blocks in one forward (`forward_padded`)
 

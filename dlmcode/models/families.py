@@ -84,6 +84,18 @@ ROWS = (
         " with the exact cache; tokens equal its generate's rule (tests/test_llada2.py)",
     ),
     Family(
+        "fast-dllm-v2",
+        "Fast-dLLM v2 (Qwen2.5-based, 1.5B and 7B)",
+        "blocks of 32",
+        "mask",
+        "subblocks",
+        "prompt",
+        "transformers' Qwen2",
+        "logits equal (torch.equal), read one place back, a restated reference run as its generate runs it; tokens"
+        " equal its generate's batch_sample (tests/test_fast_dllm.py)",
+        "one decode a forward (its logits read one place back per decode)",
+    ),
+    Family(
         "masked-lm",
         "any Hugging Face masked LM (BERT, ModernBERT, ...)",
         "full",

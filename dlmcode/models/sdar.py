@@ -153,6 +153,7 @@ def causal_dlm(
     options: dict,
     vocab: int,
     eos: Any = None,
+    decoder: str = "dynamic",
 ) -> Dlm:
     """The Dlm of a block-causal masked family (SDAR, LLaDA2): ids from generation_config (`eos`), the tokenizer,
     then config.json."""
@@ -174,7 +175,7 @@ def causal_dlm(
         chat=hf.chat_fn(tok, bos_id),
         special_ids=hf.special_ids(tok, mask_id, eos_id, pad_id, bos_id),
         blocks=spec,
-        decoder="dynamic",
+        decoder=decoder,
         decoder_options=options,
         infill="prompt",
     )
