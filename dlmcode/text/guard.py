@@ -36,7 +36,7 @@ unguarded, and the job says so (docs/guard.md).
 
 from __future__ import annotations
 
-import collections
+import functools
 import itertools
 import re
 import time
@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from ..core import sampling
-from . import pyshape
+from . import pyshape, scans
 
 Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax errors of its splice (0: passes)
 Around = Callable[
@@ -307,8 +307,9 @@ class Session:
         runs = [range(int(r[0]), int(r[-1]) + 1) for r in free_runs(free)]
         if not runs:
             return None
-        texts = [self.guard.around(mixed, r.start, r.stop) for r in runs]
+        around = self.guard.around
         seeds = [mixed[r.start : r.stop].tolist() for r in runs]
+        texts = lambda i: around(mixed, runs[i].start, runs[i].stop)  # noqa: E731 (read when the search gets there)
         return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=budget or SWEEP)
 
     def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> Iterator[Tensor]:
@@ -438,12 +439,13 @@ COMMENTS = {"python": ("#",)} | {
     lang: ("//", "/*") for lang in ("c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust")
 }
 CONTEXT = 4000  # characters each side a filler looks at (brackets opened further away are not closed by fillers)
+TEXTS = 32  # texts whose literal and bracket scans are remembered (a hole's text is asked for several times a call)
 
 
 def first_witness(
     canvas: Tensor,
     runs: Sequence[range],
-    around: Sequence[tuple[str, str]],
+    around: Sequence[tuple[str, str]] | Callable[[int], tuple[str, str]],
     fit: Fit,
     judge: Judge,
     seeds: Sequence[list[int]] | None = None,
@@ -451,14 +453,23 @@ def first_witness(
 ) -> Tensor | None:
     """A filling of every hole run that the judge passes, from fillers (coordinate search over holes); None: none found.
 
-    `around` is each hole's (text before it, text after it) in the file; `seeds` (the model's draft
-    of each run) are tried first.
+    `around` is each hole's (text before it, text after it) in the file (or a function of the run's index that
+    reads it); `seeds` (the model's draft of each run) are tried first. With seeds, a run's text and fillers are
+    read only when the search reaches it (a bounded sweep rarely gets past the first runs).
     """
-    options = [fit(before, after, len(r)) for r, (before, after) in zip(runs, around, strict=True)]
-    if seeds is not None:
-        options = [[seed, *(o for o in opts if o != seed)] for seed, opts in zip(seeds, options, strict=True)]
-    if any(not o for o in options):
-        return None
+
+    def fitted(i: int) -> list[list[int]]:
+        before, after = around(i) if callable(around) else around[i]
+        found = fit(before, after, len(runs[i]))
+        return found if seeds is None else [seeds[i], *(o for o in found if o != seeds[i])]
+
+    if seeds is None:
+        options = [fitted(i) for i in range(len(runs))]
+        if any(not o for o in options):
+            return None
+        read = [True] * len(runs)
+    else:  # every run has its seed: the fillers of a run wait until the search tries something else there
+        options, read = [[seed] for seed in seeds], [False] * len(runs)
     choice = [0] * len(runs)
 
     def assemble() -> Tensor:
@@ -467,10 +478,16 @@ def first_witness(
             out[r.start : r.stop] = torch.tensor(opts[c], dtype=torch.long)
         return out
 
+    def tried(i: int) -> Iterator[int]:
+        yield 0
+        if not read[i]:
+            options[i], read[i] = fitted(i), True
+        yield from range(1, len(options[i]))
+
     best, spent = judge(assemble()), 1
     for _ in range(2):
-        for i, opts in enumerate(options):
-            for c in range(len(opts)):
+        for i in range(len(runs)):
+            for c in tried(i):
                 if best == 0:
                     return assemble()
                 if budget is not None and spent >= budget:
@@ -656,15 +673,16 @@ LEXED = {  # literals and comments, leftmost first, each to the end of the text 
 }
 
 
+@functools.lru_cache(maxsize=TEXTS)
 def open_literal(before: str, lang: str) -> str:
     """What ends the string or comment that `before` stops inside ("" when it stops in code), roughly:
     quotes with backslash escapes, Python's triple quotes, line and block comments, JavaScript's template
     literals. The whole text is lexed (a window could begin inside a docstring and read it inside out);
     a one-line string cut by a line break counts as ended there (the user's code is broken, not ours)."""
-    last = next(iter(collections.deque(LEXED["python" if lang == "python" else "c"].finditer(before), 1)), None)
-    if last is None or last.end() != len(before):
+    spans = LITERALS["python" if lang == "python" else "c"].scan(before).spans
+    if not spans or spans[-1][1] != len(before):
         return ""
-    text = last.group()
+    text = before[spans[-1][0] :]
     if text.startswith(("#", "//")):
         return "\n"
     for opener in ("'''", '"""', "/*", "`", "'", '"'):
@@ -737,6 +755,7 @@ def completions(before: str, after: str) -> list[str]:
     return sorted((x for x in out if x), key=len)
 
 
+@functools.lru_cache(maxsize=TEXTS)
 def opened_after(after: str, lang: str) -> str:
     """The quote of a string that `after` starts inside of, roughly ("" when it starts in code). Python: a
     triple quote whose count is odd up to the next top-level statement, or under which the lines after
@@ -765,6 +784,7 @@ def _odd(text: str, quote: str) -> bool:
     return (text.count(quote) - text.count("\\" + quote)) % 2 == 1
 
 
+@functools.lru_cache(maxsize=TEXTS)
 def balance(before: str, after: str) -> tuple[str, str]:
     """(closers, openers): what a hole must close of the brackets `before` leaves open, and open for the
     closers `after` has no opener for, so that the brackets match (strings and comments skipped, roughly).
@@ -778,20 +798,46 @@ def balance(before: str, after: str) -> tuple[str, str]:
 
 
 def _open_stack(text: str) -> list[str]:
-    stack: list[str] = []
-    for ch in STRINGS.sub("", text):
-        if ch in OPEN:
-            stack.append(ch)
-        elif ch in CLOSE and stack and stack[-1] == OPEN[CLOSE.index(ch)]:
-            stack.pop()
-    return stack
+    return list(OPENED.scan(text).state)
 
 
 def _unopened(text: str) -> list[str]:
-    stack: list[str] = []
-    for ch in reversed(STRINGS.sub("", text)):
+    return list(UNOPENED.scan(text).state)[::-1]
+
+
+BRACKET = re.compile(r"[()\[\]{}]")
+
+
+def _push(stack: tuple[str, ...], text: str, start: int, stop: int) -> tuple[str, ...]:
+    """The brackets open after text[start:stop] (left to right), from `stack`."""
+    found = BRACKET.findall(text, start, stop)
+    if not found:
+        return stack
+    out = list(stack)
+    for ch in found:
+        if ch in OPEN:
+            out.append(ch)
+        elif out and out[-1] == OPEN[CLOSE.index(ch)]:
+            out.pop()
+    return tuple(out)
+
+
+def _pull(stack: tuple[str, ...], text: str, start: int, stop: int) -> tuple[str, ...]:
+    """The closers without an opener in text[start:stop] and after it (read right to left), from `stack`."""
+    found = BRACKET.findall(text, start, stop)
+    if not found:
+        return stack
+    out = list(stack)
+    for ch in reversed(found):
         if ch in CLOSE:
-            stack.append(ch)
-        elif ch in OPEN and stack and stack[-1] == CLOSE[OPEN.index(ch)]:
-            stack.pop()
-    return stack[::-1]
+            out.append(ch)
+        elif out and out[-1] == CLOSE[OPEN.index(ch)]:
+            out.pop()
+    return tuple(out)
+
+
+# Scans of a hole's text before and after it, resumed call after call (text/scans.py): the brackets outside
+# strings and comments, and the literal a text ends inside of.
+OPENED = scans.Prefixes(STRINGS, ("'''", '"""', "/*"), _push, ())
+UNOPENED = scans.Suffixes(STRINGS, _pull, ())
+LITERALS = {lang: scans.Prefixes(pattern) for lang, pattern in LEXED.items()}

@@ -16,16 +16,20 @@ Every bridge is a candidate only: the judge (the breakage rule) still decides ea
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+from . import scans
 
 MASK = re.compile(
     r"[rRbBuUfF]{0,2}('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\")|#[^\n]*", re.S
 )
+MASKED = scans.Prefixes(MASK, ("'''", '"""'), group=1)  # MASK's scans of the text before a hole, resumed
 WORD = re.compile(r"[A-Za-z_]+")
 NEXT = {  # the statements a continuation may follow, by the kind of the one before it
     "try": ("except", "finally"),
@@ -115,6 +119,10 @@ class Shape:
 
     def copy(self) -> Shape:
         return Shape([Block(b.head, b.kind, b.body) for b in self.blocks], self.base, self.errors)
+
+    def key(self) -> tuple:
+        """What a replay from here depends on (everything but the errors counted so far)."""
+        return self.base, tuple((b.head, b.kind, b.body) for b in self.blocks)
 
     @property
     def waiting(self) -> bool:
@@ -225,12 +233,13 @@ def bridges(before: str, after: str, limit: int = 6) -> tuple[tuple[str, str], .
     after = after[: code_end(after, AFTER)]
     tail, ahead = _tail(after)
     whole = whole and len(ahead) <= AHEAD
+    rest = _ahead(tuple(ahead[:AHEAD]))
     out: list[tuple[str, str]] = []
     for head in _heads(cut):
         start = shape.copy()
         if cut is not None:
             start.feed(Line(cut.indent, cut.code + mask(head)))
-        for middle, ending in _middles(start, None if cut is not None else line, tail, ahead[:AHEAD], whole):
+        for middle, ending in rest.middles(start, None if cut is not None else line, tail, whole):
             out.append((head + ("\n" + middle if cut is not None and middle else middle), ending))
             if len(out) >= limit:
                 break
@@ -242,16 +251,18 @@ def bridges(before: str, after: str, limit: int = 6) -> tuple[tuple[str, str], .
 WINDOW = 16000  # characters before a hole the bridge replays (ours: blocks opened further away are assumed open)
 AFTER = 4000  # characters after it (AHEAD logical lines at most)
 LONG = 2000  # characters of a cut statement the bridge reads at most (ours)
+MEMO = 4096  # shapes remembered per run of lines after a hole
 
 
 def code_start(text: str, at: int) -> int:
     """The first line start at or after `at` that is not inside a string (0 when `at` <= 0)."""
     if at <= 0:
         return 0
-    for found in MASK.finditer(text):
-        if found.end() > at:
-            at = max(at, found.end()) if found.start() < at else at
-            break
+    spans = MASKED.scan(text).spans
+    k = bisect.bisect_right(spans, (at, len(text) + 1))  # the first match that may end after `at`: the one
+    k = k - 1 if k and spans[k - 1][1] > at else k  # starting at or before it, else the next
+    if k < len(spans) and spans[k][0] < at:
+        at = max(at, spans[k][1])
     line = text.find("\n", at - 1)
     return len(text) if line < 0 else line + 1
 
@@ -383,9 +394,7 @@ def _heads(cut: Line | None) -> Iterator[str]:
             yield close + head
 
 
-def _middles(
-    shape: Shape, blank: str | None, tail: Line | None, rest: list[Line], whole: bool
-) -> Iterator[tuple[str, str]]:
+def _middles(shape: Shape, blank: str | None, tail: Line | None, rest: Ahead, whole: bool) -> Iterator[tuple[str, str]]:
     """(lines, ending) after the fixed head: the lines, then the start of the hole's last line, for which the
     code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed)."""
     step = shape.step()
@@ -437,11 +446,11 @@ def _chains(lines_: list[str], level: str, step: str) -> Iterator[list[str]]:
             yield lines_ + chain + [level + step * depth + "pass"]
 
 
-def _endings(shape: Shape, tail: Line | None, rest: list[Line], step: str, whole: bool, base: int) -> Iterator[str]:
+def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: bool, base: int) -> Iterator[str]:
     """The end of the fill: nothing (the hole ends its line), or a new line's indentation and the start of a
     statement that the rest of the hole's last line (`tail`) finishes, at each level that replays cleanly."""
     if tail is None:
-        if _clean(replay(rest, shape.copy()), whole, base):
+        if rest.clean(shape, whole, base):
             yield ""
         return
     levels = shape.levels() or [shape.blocks[-1].head + step]
@@ -458,13 +467,70 @@ def _endings(shape: Shape, tail: Line | None, rest: list[Line], step: str, whole
                 indent = level[: len(level) - len(tail.indent)]
             else:
                 continue
-            if _clean(replay(rest, shape.copy().feed(Line(level, code))), whole, base):
+            if rest.clean(shape.copy().feed(Line(level, code)), whole, base):
                 yield "\n" + indent + start
                 break
 
 
-def _clean(shape: Shape, whole: bool, base: int) -> bool:
-    return (shape.end() if whole else shape.errors) == base
+class Ahead:
+    """The logical lines after a hole, replayed from the many shapes a bridge may leave (each distinct shape once:
+    a replay's errors do not depend on those counted before it)."""
+
+    def __init__(self, lines_: tuple[Line, ...]) -> None:
+        self.lines = lines_
+        self.memo: dict[tuple, tuple[int, int]] = {}
+        self.found: dict[tuple, Remembered] = {}
+
+    def middles(self, shape: Shape, blank: str | None, tail: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
+        """`_middles` of these lines, each shape's read once (lazily: as far as a bridge has asked); the errors
+        `shape` counted before do not change them."""
+        key = (shape.key(), blank, tail, whole)
+        found = self.found.get(key)
+        if found is None:
+            found = Remembered(_middles(shape.copy(), blank, tail, self, whole))
+            if len(self.found) < MEMO:
+                self.found[key] = found
+        return found
+
+    def clean(self, shape: Shape, whole: bool, base: int) -> bool:
+        """Whether the lines replay from `shape` with `base` errors in all (at the end of the file when `whole`)."""
+        return self.errors(shape, whole) == base
+
+    def errors(self, shape: Shape, whole: bool) -> int:
+        """`replay(lines, shape).errors` (`.end()` when `whole`), without changing `shape`."""
+        key = shape.key()
+        found = self.memo.get(key)
+        if found is None:
+            end = replay(list(self.lines), Shape(shape.copy().blocks, shape.base))
+            found = (end.errors, end.end() - end.errors)
+            if len(self.memo) < MEMO:
+                self.memo[key] = found
+        return shape.errors + found[0] + (found[1] if whole else 0)
+
+
+class Remembered:
+    """An iterator's items, kept as they come, so that it can be read again from the start (and on past where it
+    was left) without redoing its work."""
+
+    def __init__(self, items: Iterator[tuple[str, str]]) -> None:
+        self.items, self.seen = items, []
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        at = 0
+        while True:
+            if at == len(self.seen):
+                nxt = next(self.items, None)
+                if nxt is None:
+                    return
+                self.seen.append(nxt)
+            yield self.seen[at]
+            at += 1
+
+
+@functools.lru_cache(maxsize=64)
+def _ahead(lines_: tuple[Line, ...]) -> Ahead:
+    """One Ahead per run of lines (the code after a hole stays while the decode writes before it)."""
+    return Ahead(lines_)
 
 
 def _lead(line: str) -> str:
