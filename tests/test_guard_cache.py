@@ -281,3 +281,20 @@ def test_a_string_continued_by_an_escaped_line_break_is_read_again_when_its_clos
     for text in ("a = ('x\\\nb", "a = ('x\\\nb')", "a = ('x\\\nb)"):  # the quote's attempt reads past the line break
         assert scan.scan(text).spans == [m.span() for m in guard.STRINGS.finditer(text)], text
         assert list(scan.scan(text).state) == brackets_open(text), text
+
+
+def test_a_window_read_on_from_a_remembered_prefix_reads_as_a_fresh_read():
+    rnd = random.Random(14)
+    for _ in range(150):
+        base = rnd.choice(sources())
+        at, start = rnd.randrange(len(base) + 1), 0
+        start = pyshape.code_start(base, at - rnd.randrange(200, 3000))
+        for _ in range(3):  # the same window, as the decode writes more of the hole's start
+            window = base[start:at] + "".join(rnd.choice(NASTY + ["x", " ", ":"]) for _ in range(rnd.randrange(0, 8)))
+            read = pyshape.reading(window)
+            found = pyshape.lines(window)
+            assert read.last == (found[-1] if found else None), window[-60:]
+            assert read.shape.key() == pyshape.replay(found[:-1]).key()
+            assert read.shape.errors == pyshape.replay(found[:-1]).errors
+            assert read.chars == pyshape._depth(pyshape.mask(window))
+            assert read.item() == pyshape._item(pyshape.mask(window))

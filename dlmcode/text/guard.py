@@ -808,9 +808,9 @@ def _unopened(text: str) -> list[str]:
 BRACKET = re.compile(r"[()\[\]{}]")
 
 
-def _push(stack: tuple[str, ...], text: str, start: int, stop: int) -> tuple[str, ...]:
-    """The brackets open after text[start:stop] (left to right), from `stack`."""
-    found = BRACKET.findall(text, start, stop)
+def _push(stack: tuple[str, ...], text: str, start: int, stop: int, spans: list[scans.Span]) -> tuple[str, ...]:
+    """The brackets open after text[start:stop] outside strings and comments (`spans`), from `stack`."""
+    found = BRACKET.findall("".join(scans.gaps(text, start, stop, spans)))
     if not found:
         return stack
     out = list(stack)
@@ -822,9 +822,10 @@ def _push(stack: tuple[str, ...], text: str, start: int, stop: int) -> tuple[str
     return tuple(out)
 
 
-def _pull(stack: tuple[str, ...], text: str, start: int, stop: int) -> tuple[str, ...]:
-    """The closers without an opener in text[start:stop] and after it (read right to left), from `stack`."""
-    found = BRACKET.findall(text, start, stop)
+def _pull(stack: tuple[str, ...], text: str, start: int, stop: int, spans: list[scans.Span]) -> tuple[str, ...]:
+    """The closers without an opener in text[start:stop] and after it (`stack`), outside strings and comments,
+    read right to left."""
+    found = BRACKET.findall("".join(scans.gaps(text, start, stop, spans)))
     if not found:
         return stack
     out = list(stack)

@@ -197,6 +197,104 @@ def replay(found: list[Line], shape: Shape | None = None) -> Shape:
     return shape
 
 
+SIGNS = re.compile(r"[()\[\]{}\n]")
+
+
+@dataclass
+class Reading:
+    """`lines` and `replay` of a text (masked), `_depth` of it and `_item`'s brackets, as a fold: read on from
+    where a remembered prefix of the text left them (WINDOWS), instead of from the window's start every call."""
+
+    masked: str = ""
+    depth: int = 0  # lines(): bracket depth at the end of the last whole raw line
+    current: str = ""  # lines(): the logical line being joined
+    indent: str | None = None
+    shape: Shape = field(default_factory=Shape)  # the replay of every logical line before `last`
+    last: Line | None = None  # the last whole logical line
+    chars: int = 0  # _depth of the masked text
+    stack: list[tuple[str, int]] = field(default_factory=list)  # _item's open brackets (char, where in `masked`)
+    start: int | None = None  # _item's start of the statement: after the last line break outside brackets
+
+    def copy(self) -> Reading:
+        return Reading(
+            self.masked, self.depth, self.current, self.indent, self.shape.copy(), self.last, self.chars,
+            list(self.stack), self.start,
+        )  # fmt: skip
+
+    def then(self, chunk: str) -> Reading:
+        """The reading once `chunk` (masked) follows."""
+        out = self.copy()
+        base, pending = len(out.masked), out.masked[out.masked.rfind("\n") + 1 :]
+        out.masked += chunk
+        for m in SIGNS.finditer(chunk):
+            ch = m.group()
+            if ch in "([{":
+                out.chars += 1
+                out.stack.append((ch, base + m.start()))
+            elif ch in ")]}":
+                out.chars -= out.chars > 0
+                if out.stack:
+                    out.stack.pop()
+            elif not out.stack:
+                out.start = base + m.start() + 1
+        for raw in (pending + chunk).split("\n")[:-1]:
+            out.line(raw)
+        return out
+
+    def line(self, raw: str) -> None:
+        """One raw line, as lines() reads it."""
+        if self.indent is None:
+            if not raw.strip():
+                return
+            self.indent = raw[: len(raw) - len(raw.lstrip())]
+        self.current += " " + raw.strip()
+        self.depth = max(0, self.depth + sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}"))
+        if self.depth == 0 and not raw.endswith("\\"):
+            self.emit(Line(self.indent, self.current.strip()))
+            self.current, self.indent = "", None
+
+    def emit(self, line: Line) -> None:
+        if self.last is not None:
+            self.shape.feed(self.last)
+        self.last = line
+
+    def ended(self) -> Reading:
+        """The reading of the whole text: its last raw line read, and the logical line left open."""
+        out = self.copy()
+        out.line(out.masked[out.masked.rfind("\n") + 1 :])
+        if out.indent is not None and out.current.strip():
+            out.emit(Line(out.indent, out.current.strip()))
+        return out
+
+    def item(self) -> tuple[str, str] | None:
+        """_item(masked): the open brackets outside the hole's item, and the item's text so far."""
+        masked = self.masked
+        if not self.stack:
+            start = self.start if self.start is not None else masked.rfind("\n") + 1
+            return "", masked[start:].strip()
+        at = self.stack[-1][1]
+        comma = max(masked.rfind(",", at), at)
+        return "".join(c for c, _ in self.stack), masked[comma + 1 :].strip()
+
+
+def _read(state: Reading, text: str, start: int, stop: int, spans: list[scans.Span]) -> Reading:
+    """The fold of WINDOWS: text[start:stop] masked as `mask` does (a string is `S`, a comment nothing)."""
+    pieces, at = [], start
+    for s, e in spans:
+        pieces += [text[at:s], "" if text[s] == "#" else "S"]
+        at = e
+    pieces.append(text[at:stop])
+    return state.then("".join(pieces))
+
+
+WINDOWS = scans.Prefixes(MASK, ("'''", '"""'), _read, Reading(), group=1)
+
+
+def reading(window: str) -> Reading:
+    """The Reading of a window of text before a hole (lines, replay, depth, item), resumed where it can be."""
+    return WINDOWS.scan(window).state.ended()
+
+
 @functools.lru_cache(maxsize=4096)
 def parses(code: str) -> bool:
     """Whether one logical line (no indentation) parses on its own, in a function and a loop: a head gets a body,
@@ -222,18 +320,19 @@ def bridges(before: str, after: str, limit: int = 6) -> tuple[tuple[str, str], .
     """(start, end) pairs a hole between `before` and `after` may hold around its padding, shortest first:
     the rest of the cut line and the lines between (start), then the start of the line the hole ends in
     (end), such that the code after replays with no new error."""
-    window = before[code_start(before, len(before) - WINDOW) :]
-    found = lines(window)
+    read = reading(before[code_start(before, len(before) - WINDOW) :])  # lines(window), replayed
     line = before[before.rfind("\n") + 1 :]
-    cut = found.pop() if found and (line.strip() or _depth(mask(window)) > 0) else None
+    cut = read.last if read.last is not None and (line.strip() or read.chars > 0) else None
     if cut is not None and len(cut.code) > LONG:
         return ()  # inside a long bracketed literal: the expression fillers' (`inline`)
-    shape = replay(found)
+    shape = read.shape.copy()  # the replay of the window's lines but the cut one
+    if cut is None and read.last is not None:
+        shape.feed(read.last)
     whole = len(after) < AFTER  # the file ends within the window: what is open at its end counts
     after = after[: code_end(after, AFTER)]
     tail, ahead = _tail(after)
     whole = whole and len(ahead) <= AHEAD
-    rest = _ahead(tuple(ahead[:AHEAD]))
+    rest = _ahead(ahead[:AHEAD])
     out: list[tuple[str, str]] = []
     for head in _heads(cut):
         start = shape.copy()
@@ -267,7 +366,8 @@ def code_start(text: str, at: int) -> int:
     return len(text) if line < 0 else line + 1
 
 
-def _tail(after: str) -> tuple[Line | None, list[Line]]:
+@functools.lru_cache(maxsize=64)
+def _tail(after: str) -> tuple[Line | None, tuple[Line, ...]]:
     """The statement the hole's last line begins (None when the hole ends its line and nothing is open), and the
     logical lines after it. Closers in `after` with no opener make the statement run on to the line they end."""
     masked = mask(after)
@@ -282,8 +382,8 @@ def _tail(after: str) -> tuple[Line | None, list[Line]]:
         stop = len(masked) if stop < 0 else stop
         head = masked[:stop]
         first = next((x for x in head.split("\n") if x.strip()), "")
-        return Line(_lead(first), " ".join(x.strip() for x in head.split("\n")).strip()), lines(masked[stop:])
-    ahead = lines(masked)
+        return Line(_lead(first), " ".join(x.strip() for x in head.split("\n")).strip()), tuple(lines(masked[stop:]))
+    ahead = tuple(lines(masked))
     if ahead and after[:1] not in ("\n", "\r") and masked.split("\n", 1)[0].strip():
         return ahead[0], ahead[1:]
     return None, ahead
@@ -305,7 +405,7 @@ def inline(before: str, after: str, quote: str = "") -> tuple[tuple[str, str], .
     """(start, end) pairs for a hole inside one statement (brackets open at the hole, or the code after it
     starting inside a string of `quote`), such that the statement parses on its own: the innermost
     brackets' item around the hole, with the outer brackets as bare openers and closers."""
-    head = _item(mask(before[code_start(before, len(before) - WINDOW) :]))
+    head = reading(before[code_start(before, len(before) - WINDOW) :]).item()
     if head is None:
         return ()
     openers, fragment = head

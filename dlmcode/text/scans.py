@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Span = tuple[int, int]  # a match's [start, end)
-Fold = Callable[[Any, str, int, int], Any]  # (state, text, start, stop) -> the state after text[start:stop]
+Fold = Callable[[Any, str, int, int, list["Span"]], Any]  # (state, text, start, stop, the matches inside) -> the state
+# after text[start:stop] (Prefixes: read left to right; Suffixes: right to left, the state being the text after it)
 KEEP = 12  # texts remembered per scan
 BEHIND = 2048  # a second checkpoint this far before the end: still in the user's text when the end changes
 
@@ -124,16 +125,11 @@ class Prefixes:
         return 0
 
     def folded(self, state: Any, text: str, spans: list[Span], start: int, stop: int) -> Any:
-        """The fold over text[start:stop] outside the matches."""
-        if self.fold is None:
+        """The fold over text[start:stop] (never inside a match)."""
+        if self.fold is None or start >= stop:
             return state
-        k = bisect.bisect_left(spans, (start, -1))
-        at = start
-        while at < stop:
-            nxt = spans[k] if k < len(spans) else (len(text), len(text))
-            state = self.fold(state, text, at, min(nxt[0], stop))
-            at, k = max(at, nxt[1]), k + 1
-        return state
+        inside = spans[bisect.bisect_left(spans, (start, -1)) : bisect.bisect_left(spans, (stop, -1))]
+        return self.fold(state, text, start, stop, inside)
 
     def remember(self, entry: Entry) -> None:
         self.entries = [e for e in self.entries if e.text != entry.text][-(KEEP - 1) :] + [entry]
@@ -185,13 +181,18 @@ class Suffixes:
         return Scanned(spans, self.backwards(end, text, spans, 0, mark))
 
     def backwards(self, state: Any, text: str, spans: list[Span], start: int, stop: int) -> Any:
-        """The fold over text[start:stop] outside the matches, from its end to its start."""
-        if self.fold is None:
+        """The fold over text[start:stop] (never inside a match), from its end to its start."""
+        if self.fold is None or start >= stop:
             return state
-        k = bisect.bisect_left(spans, (stop, -1)) - 1
-        at = stop
-        while at > start:
-            prev = spans[k] if k >= 0 else (start, start)
-            state = self.fold(state, text, max(prev[1], start), at)
-            at, k = min(at, prev[0]), k - 1
-        return state
+        inside = spans[bisect.bisect_left(spans, (start, -1)) : bisect.bisect_left(spans, (stop, -1))]
+        return self.fold(state, text, start, stop, inside)
+
+
+def gaps(text: str, start: int, stop: int, spans: list[Span]) -> list[str]:
+    """The stretches of text[start:stop] outside `spans` (the matches inside it), in order."""
+    out, at = [], start
+    for s, e in spans:
+        out.append(text[at:s])
+        at = e
+    out.append(text[at:stop])
+    return out
