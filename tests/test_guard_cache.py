@@ -66,6 +66,14 @@ def test_a_replay_remembered_for_one_shape_is_not_read_for_another():
     assert ahead.clean(inside_if, True, inside_if.errors)
 
 
+def test_a_line_remembered_before_the_lines_after_a_hole_is_told_from_its_head():
+    ahead = pyshape.Ahead(tuple(pyshape.lines("    y = 1\nz = 2\n")))
+    shape = pyshape.replay(pyshape.lines("a = 1\n"))
+    head, plain = pyshape.Line("", "if x:"), pyshape.Line("", "if x: y")  # the same word, one waits for a body
+    assert ahead.clean_after(shape, shape.key(), head, False, shape.errors)
+    assert not ahead.clean_after(shape, shape.key(), plain, False, shape.errors)
+
+
 def test_the_lines_after_a_hole_count_from_every_shape_as_a_fresh_replay_does():
     rnd = random.Random(3)
     for text in sources():
@@ -81,6 +89,11 @@ def test_the_lines_after_a_hole_count_from_every_shape_as_a_fresh_replay_does():
                 for whole in (False, True):
                     fresh = pyshape.replay(list(rest), shape.copy())
                     assert ahead.errors(shape, whole) == (fresh.end() if whole else fresh.errors)
+                    line = rnd.choice(found)  # a line the bridge puts first, then the lines after the hole
+                    fresh = pyshape.replay(list(rest), shape.copy().feed(line))
+                    count = fresh.end() if whole else fresh.errors
+                    for base in (count, count + 1):
+                        assert ahead.clean_after(shape, shape.key(), line, whole, base) == (base == count)
 
 
 # ---------------------------------------------------------------- the sweep reads a run only when it gets there

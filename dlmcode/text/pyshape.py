@@ -555,6 +555,7 @@ def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: boo
         return
     levels = shape.levels() or [shape.blocks[-1].head + step]
     opens = _openers(tail.code)
+    key = shape.key()
     for start in (s + opens + x for s in TAILS for x in ("", "x")) if opens else TAILS:
         start = start + " " if start and start[-1] not in "([{." else start
         code = start + tail.code
@@ -567,7 +568,7 @@ def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: boo
                 indent = level[: len(level) - len(tail.indent)]
             else:
                 continue
-            if rest.clean(shape.copy().feed(Line(level, code)), whole, base):
+            if rest.clean_after(shape, key, Line(level, code), whole, base):
                 yield "\n" + indent + start
                 break
 
@@ -580,6 +581,7 @@ class Ahead:
         self.lines = lines_
         self.memo: dict[tuple, tuple[int, int]] = {}
         self.found: dict[tuple, Remembered] = {}
+        self.fed: dict[tuple, int] = {}
 
     def middles(self, shape: Shape, blank: str | None, tail: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
         """`_middles` of these lines, each shape's read once (lazily: as far as a bridge has asked); the errors
@@ -595,6 +597,17 @@ class Ahead:
     def clean(self, shape: Shape, whole: bool, base: int) -> bool:
         """Whether the lines replay from `shape` with `base` errors in all (at the end of the file when `whole`)."""
         return self.errors(shape, whole) == base
+
+    def clean_after(self, shape: Shape, key: tuple, line: Line, whole: bool, base: int) -> bool:
+        """`clean(shape.copy().feed(line), whole, base)`, remembered per shape (`key`) and what `feed` reads of the
+        line (its indentation, first word, and whether it is a head)."""
+        at = (key, line.indent, line.word, line.head, whole)
+        found = self.fed.get(at)
+        if found is None:
+            found = self.errors(shape.copy().feed(line), whole) - shape.errors
+            if len(self.fed) < MEMO:
+                self.fed[at] = found
+        return shape.errors + found == base
 
     def errors(self, shape: Shape, whole: bool) -> int:
         """`replay(lines, shape).errors` (`.end()` when `whole`), without changing `shape`."""
