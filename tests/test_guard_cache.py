@@ -311,3 +311,23 @@ def test_a_window_read_on_from_a_remembered_prefix_reads_as_a_fresh_read():
             assert read.shape.errors == pyshape.replay(found[:-1]).errors
             assert read.chars == pyshape._depth(pyshape.mask(window))
             assert read.item() == pyshape._item(pyshape.mask(window))
+
+
+def test_a_remembered_tokenizer_answers_as_the_tokenizer_and_asks_it_once_per_text():
+    class Counting:
+        calls = 0
+
+        def encode(self, text):
+            self.calls += 1
+            return [ord(c) for c in text]
+
+        def decode(self, ids):
+            self.calls += 1
+            return "".join(map(chr, ids))
+
+    plain, counted = Counting(), Counting()
+    coder = guard.Remembered(counted)
+    fillers = [guard.Filler("if x:", " ", "\n"), guard.Filler("", "x", ")"), guard.Filler("(", " ", "")]
+    for n in (3, 8, 3, 8):
+        assert guard.fits(fillers, n, coder, None) == guard.fits(fillers, n, plain, None)
+    assert counted.calls < plain.calls / 3

@@ -413,6 +413,7 @@ class Fillers:
 
     def __init__(self, lang: str, tokenizer: Any, blank: int | None) -> None:
         self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
+        self.coder = Remembered(tokenizer)  # fillers' texts are the same few dozen call after call
         self.memo: dict[tuple[int, str, str, int, int], list[list[int]]] = {}
         self.escapes: dict[int, bool] = {}
 
@@ -429,9 +430,35 @@ class Fillers:
         key = (len(before), before[-CONTEXT:], after[:CONTEXT], len(after), n)  # a hole's text before it is
         found = self.memo.get(key)  # the plan's, up to what the decode wrote in it: its end and length tell it
         if found is None:
-            found = fits(fillers(self.lang, before, after, self.blank is not None), n, self.tokenizer, self.blank)
+            found = fits(fillers(self.lang, before, after, self.blank is not None), n, self.coder, self.blank)
             if len(self.memo) < CACHE:
                 self.memo[key] = found
+        return found
+
+
+class Remembered:
+    """A tokenizer's encode and decode, each text's answer kept (a tokenizer's answer depends on the text alone)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.encoded: dict[str, tuple[int, ...]] = {}
+        self.decoded: dict[tuple[int, ...], str] = {}
+
+    def encode(self, text: str) -> list[int]:
+        found = self.encoded.get(text)
+        if found is None:
+            found = tuple(self.tokenizer.encode(text))
+            if len(self.encoded) < CACHE:
+                self.encoded[text] = found
+        return list(found)
+
+    def decode(self, ids: list[int]) -> str:
+        key = tuple(ids)
+        found = self.decoded.get(key)
+        if found is None:
+            found = self.tokenizer.decode(ids)
+            if len(self.decoded) < CACHE:
+                self.decoded[key] = found
         return found
 
 
