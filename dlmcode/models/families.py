@@ -93,7 +93,6 @@ ROWS = (
         "transformers' Qwen2",
         "logits equal (torch.equal), read one place back, a restated reference run as its generate runs it; tokens"
         " equal its generate's batch_sample (tests/test_fast_dllm.py)",
-        "one decode a forward (its logits read one place back per decode)",
     ),
     Family(
         "masked-lm",

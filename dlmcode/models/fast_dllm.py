@@ -46,8 +46,6 @@ class ShiftedSession(sdar.CausalSession):
     position i - 1, row 0 the last logit of the forward that stored what comes before the block (before any
     such forward, the block's own first logit, as its generate reads it there)."""
 
-    pads = False  # a batched forward would need the shift per row: one decode a forward
-
     def __init__(self, model: Any, size: int) -> None:
         super().__init__(model, size)
         self.last: Tensor | None = None  # (V,) the last stored token's logits
@@ -63,9 +61,17 @@ class ShiftedSession(sdar.CausalSession):
         super().truncate(n)
 
     def run(self, ids: Tensor) -> Tensor:
-        logits = super().run(ids)  # (n, V) at the block's own positions
+        return self.shift(super().run(ids))
+
+    def shift(self, logits: Tensor) -> Tensor:
+        """(n, V) logits at the block's own positions -> each row the prediction for its position."""
         first = self.last[None] if self.last is not None and self.stored else logits[:1]
         return torch.cat([first.to(logits.dtype), logits[:-1]])
+
+    @classmethod
+    def padded_run(cls, sessions: list[blocks.PendingSession], ids: list[Tensor]) -> list[Tensor]:
+        rows = super().padded_run(sessions, ids)  # each session's store() ran first: its `last` is set
+        return [s.shift(r) for s, r in zip(sessions, rows, strict=True)]  # type: ignore[attr-defined]
 
 
 def qwen2_config(config: dict) -> Any:
