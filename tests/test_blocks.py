@@ -18,24 +18,13 @@ from dlmcode.core.canvas import Canvas
 from dlmcode.decoders import DECODERS, build
 from dlmcode.models.blocks import BlockPredict, full_canvas_flops
 
+import tiny
+
 VOCAB, MASK, EOS = 96, 95, 1
 
 
 def char_tokenizer():
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers import decoders as td
-    from tokenizers import models as tm
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<eos>": EOS}
-    for c in [chr(i) for i in range(32, 127)] + ["\n"]:
-        if len(vocab) < MASK:
-            vocab[c] = len(vocab)
-    vocab["<|MASK|>"] = MASK
-    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok.decoder = td.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<|MASK|>")
+    return tiny.char_tokenizer("<|MASK|>", MASK)
 
 
 @pytest.fixture(scope="module")

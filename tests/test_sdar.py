@@ -23,6 +23,8 @@ from dlmcode.core.run import RunSettings
 from dlmcode.jobs import fill
 from dlmcode.models.blocks import BlockPredict, full_canvas_flops
 
+import tiny
+
 VOCAB = 96
 MASK, EOS, PAD = 95, 1, 0
 BLOCK = 4
@@ -30,20 +32,7 @@ PROMPT = "def add(a, b):\n"
 
 
 def char_tokenizer():
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers import decoders as td
-    from tokenizers import models as tm
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD, "<eos>": EOS}
-    for c in [chr(i) for i in range(32, 127)] + ["\n"]:
-        if len(vocab) < MASK:
-            vocab[c] = len(vocab)
-    vocab["<|MASK|>"] = MASK
-    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok.decoder = td.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<|MASK|>")
+    return tiny.char_tokenizer("<|MASK|>", MASK)
 
 
 SIZES = {

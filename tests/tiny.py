@@ -1,5 +1,6 @@
-"""Tiny models built in the tests: a random built-in-architecture dLLM with a BPE tokenizer, and the
-LLaDA and Dream configs cut to toy size, whose weights `randomize` fills."""
+"""Tiny models built in the tests: a random built-in-architecture dLLM with a BPE tokenizer, the
+LLaDA and Dream configs cut to toy size, whose weights `randomize` fills, and the one-character
+tokenizer the block families' tiny models use."""
 
 from __future__ import annotations
 
@@ -71,3 +72,22 @@ TINY_DREAM = {
     "vocab_size": 64,
     "mask_token_id": 63,
 }
+
+
+def char_tokenizer(mask_token: str, mask_id: int = 95):
+    """A tokenizer of one token a character (printable ASCII and newline) with <pad> 0, <eos> 1 and `mask_token` at
+    `mask_id`, as a block family's tiny checkpoint folder holds it."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import decoders as td
+    from tokenizers import models as tm
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1}
+    for c in [chr(i) for i in range(32, 127)] + ["\n"]:
+        if len(vocab) < mask_id:
+            vocab[c] = len(vocab)
+    vocab[mask_token] = mask_id
+    tok = Tokenizer(tm.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = td.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token=mask_token)

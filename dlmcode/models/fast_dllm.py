@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.errors import ModelError
 from . import blocks, hf, sdar
 from .base import Dlm
 
@@ -77,29 +76,13 @@ class ShiftedSession(sdar.CausalSession):
 def qwen2_config(config: dict) -> Any:
     from transformers import Qwen2Config
 
-    fields = {
-        k: v for k, v in config.items() if k not in ("model_type", "architectures", "auto_map", "transformers_version")
-    }
-    return Qwen2Config(**fields)
-
-
-def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    try:
-        with hf.quiet():
-            model = AutoModelForCausalLM.from_pretrained(
-                path, config=qwen2_config(config), **hf.pretrained_kwargs(dtype, False)
-            )
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ModelError(f"model {hf.label(path)!r}: cannot load it as Fast-dLLM v2 ({hf.first_line(err)})") from None
-    return model.to(device).eval()
+    return Qwen2Config(**sdar.own_fields(config))
 
 
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
     config = hf.read_config(path)
     tok = hf.load_tokenizer(path, trust_remote_code=False)
-    model = load_model(path, config, device, dtype)
+    model = sdar.load_model(path, qwen2_config(config), device, dtype, "Fast-dLLM v2")
     vocab = int(model.config.vocab_size)
     size = int(config.get("bd_size") or BLOCK)
     mask_id = hf.require_mask(

@@ -105,29 +105,32 @@ def qwen3_config(config: dict) -> Any:
     from transformers import Qwen3Config, Qwen3MoeConfig
 
     moe = config.get("model_type") == "sdar_moe" or "SDARMoeForCausalLM" in (config.get("architectures") or [])
-    fields = {
+    return (Qwen3MoeConfig if moe else Qwen3Config)(**own_fields(config))
+
+
+def own_fields(config: dict) -> dict:
+    """config.json's fields but those naming its own class (model_type, architectures, auto_map, version)."""
+    return {
         k: v for k, v in config.items() if k not in ("model_type", "architectures", "auto_map", "transformers_version")
     }
-    return (Qwen3MoeConfig if moe else Qwen3Config)(**fields)
 
 
-def load_model(path: Path, config: dict, device: torch.device, dtype: torch.dtype) -> Any:
+def load_model(path: Path, hf_config: Any, device: torch.device, dtype: torch.dtype, what: str = "SDAR") -> Any:
+    """transformers' causal LM of `hf_config` on the folder's weights (a family whose weights are a stock model's)."""
     from transformers import AutoModelForCausalLM
 
     try:
         with hf.quiet():
-            model = AutoModelForCausalLM.from_pretrained(
-                path, config=qwen3_config(config), **hf.pretrained_kwargs(dtype, False)
-            )
+            model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **hf.pretrained_kwargs(dtype, False))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ModelError(f"model {hf.label(path)!r}: cannot load it as SDAR ({hf.first_line(err)})") from None
+        raise ModelError(f"model {hf.label(path)!r}: cannot load it as {what} ({hf.first_line(err)})") from None
     return model.to(device).eval()
 
 
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
     config = hf.read_config(path)
     tok = hf.load_tokenizer(path, trust_remote_code=False)
-    model = load_model(path, config, device, dtype)
+    model = load_model(path, qwen3_config(config), device, dtype)
     vocab = int(model.config.vocab_size)
     size = int(config.get("block_size") or config.get("block_length") or BLOCK)
     mask_id = hf.require_mask(
