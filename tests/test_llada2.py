@@ -320,24 +320,13 @@ def test_concurrent_decodes_share_forwards_and_keep_their_tokens(dlm, monkeypatc
     """Served together (jobs/batch.py), decodes of prompts of different lengths (caches of 0 and 32 tokens) run
     their blocks in shared forwards, each against its own exact cache padded to the longest, and each gets the
     tokens and calls it gets alone, at batch sizes 1, 2 and 4."""
-    from dlmcode.jobs import batch
     from dlmcode.models import llada2
 
-    sizes = []
-    run_many = llada2.NativeSession.run_many.__func__
-    monkeypatch.setattr(
-        llada2.NativeSession, "run_many", classmethod(lambda cls, s, i: sizes.append(len(s)) or run_many(cls, s, i))
-    )
+    sizes = tiny.shared_block_runs(monkeypatch, llada2.NativeSession)
     prompts = [PROMPT, "x = 1\n", "class A:\n    def f(self):\n        return 1\n", PROMPT * 3]
 
     def jobs(model):
         run = RunSettings(decoder=None, options={"threshold": 0.012}, length=40)
         return [fill.generate_job(p, model, run, chat=False) for p in prompts]
 
-    alone = [(r.canvas, r.calls) for r in (job.run() for job in jobs(dlm))]
-    assert not sizes
-    for size in (1, 2, 4):
-        sizes.clear()
-        together = batch.run_batched(jobs(batch.batched(dlm)), size)
-        assert [(r.canvas, r.calls) for r in together] == alone, size
-        assert max(sizes) == size and sum(sizes) == sum(r.calls for r in together)
+    tiny.check_batched_equals_alone(dlm, jobs, sizes)

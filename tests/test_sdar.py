@@ -259,26 +259,16 @@ def test_concurrent_decodes_share_forwards_and_keep_their_tokens(family, dlm, mo
     """Served together (jobs/batch.py), decodes of prompts of different lengths run their blocks in shared
     forwards, each against its own exact cache padded to the longest, and each gets the tokens and calls it
     gets alone, at batch sizes 1, 2 and 4 (a bar the surest tokens clear: several commits a call)."""
-    from dlmcode.jobs import batch
     from dlmcode.models import sdar
 
-    sizes = []
-    run_many = sdar.CausalSession.run_many.__func__
-    monkeypatch.setattr(
-        sdar.CausalSession, "run_many", classmethod(lambda cls, s, i: sizes.append(len(s)) or run_many(cls, s, i))
-    )
+    sizes = tiny.shared_block_runs(monkeypatch, sdar.CausalSession)
 
     def jobs(model):
         run = RunSettings(decoder=None, options={"threshold": 0.012}, length=14)
         return [fill.generate_job(p, model, run, chat=False) for p in PROMPTS]
 
-    alone = [(r.canvas, r.calls) for r in (job.run() for job in jobs(dlm))]
-    assert not sizes and len({len(c) for c, _ in alone}) == len(PROMPTS)
-    for size in (1, 2, 4):
-        sizes.clear()
-        together = batch.run_batched(jobs(batch.batched(dlm)), size)
-        assert [(r.canvas, r.calls) for r in together] == alone, size
-        assert max(sizes) == size and sum(sizes) == sum(r.calls for r in together)
+    alone = tiny.check_batched_equals_alone(dlm, jobs, sizes)
+    assert len({len(c) for c, _ in alone}) == len(PROMPTS)  # caches of different lengths
 
 
 def test_the_server_batches_concurrent_requests_for_a_block_model(family, dlm, monkeypatch):
@@ -302,11 +292,7 @@ def test_the_server_batches_concurrent_requests_for_a_block_model(family, dlm, m
         # the loop starts tasks in the order they are made, and each queues its request before its first wait
         return await asyncio.gather(*[asyncio.create_task(queue.answer(req, None)) for req in reqs])
 
-    sizes = []
-    run_many = sdar.CausalSession.run_many.__func__
-    monkeypatch.setattr(
-        sdar.CausalSession, "run_many", classmethod(lambda cls, s, i: sizes.append(len(s)) or run_many(cls, s, i))
-    )
+    sizes = tiny.shared_block_runs(monkeypatch, sdar.CausalSession)
     together = asyncio.run(arrive())
     assert [(a.text, a.calls) for a in together] == [(a.text, a.calls) for a in alone]
     assert len({a.text for a in alone}) > 1  # the seeds differ, so do the fills

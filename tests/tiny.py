@@ -91,3 +91,28 @@ def char_tokenizer(mask_token: str, mask_id: int = 95):
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     tok.decoder = td.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token=mask_token)
+
+
+def shared_block_runs(monkeypatch, session_class) -> list[int]:
+    """The sizes of the shared block forwards a block family's sessions run (PendingSession.run_many), recorded."""
+    sizes: list[int] = []
+    run_many = session_class.run_many.__func__
+    monkeypatch.setattr(
+        session_class, "run_many", classmethod(lambda cls, s, i: sizes.append(len(s)) or run_many(cls, s, i))
+    )
+    return sizes
+
+
+def check_batched_equals_alone(dlm, jobs, sizes: list[int]) -> list:
+    """Jobs (made by `jobs(model)`) run alone, then batched at sizes 1, 2 and 4: the same canvases and calls at every
+    size, every batch as full as the size allows, one shared run per call; the canvases and calls alone."""
+    from dlmcode.jobs import batch
+
+    alone = [(r.canvas, r.calls) for r in (job.run() for job in jobs(dlm))]
+    assert not sizes
+    for size in (1, 2, 4):
+        sizes.clear()
+        together = batch.run_batched(jobs(batch.batched(dlm)), size)
+        assert [(r.canvas, r.calls) for r in together] == alone, size
+        assert max(sizes) == size and sum(sizes) == sum(r.calls for r in together)
+    return alone
