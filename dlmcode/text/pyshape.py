@@ -23,6 +23,7 @@ import re
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import scans
 
@@ -507,7 +508,7 @@ def _middles(shape: Shape, blank: str | None, tail: Line | None, rest: Ahead, wh
         text = "\n".join(planned)
         if blank is not None and planned:
             text = text[len(blank) :] if text.startswith(blank) else "\n" + text
-        for ending in itertools.islice(_endings(now, tail, rest, step, whole, shape.errors), 2):
+        for ending in itertools.islice(rest.endings(now, tail, step, whole), 2):  # now.errors == shape.errors
             yield text, ending  # a new line even after a blank one: the padding goes before it, not in its indentation
 
 
@@ -582,6 +583,7 @@ class Ahead:
         self.memo: dict[tuple, tuple[int, int]] = {}
         self.found: dict[tuple, Remembered] = {}
         self.fed: dict[tuple, int] = {}
+        self.ends: dict[tuple, Remembered] = {}
 
     def middles(self, shape: Shape, blank: str | None, tail: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
         """`_middles` of these lines, each shape's read once (lazily: as far as a bridge has asked); the errors
@@ -597,6 +599,17 @@ class Ahead:
     def clean(self, shape: Shape, whole: bool, base: int) -> bool:
         """Whether the lines replay from `shape` with `base` errors in all (at the end of the file when `whole`)."""
         return self.errors(shape, whole) == base
+
+    def endings(self, shape: Shape, tail: Line | None, step: str, whole: bool) -> Iterable[str]:
+        """`_endings` of these lines after `shape` with no new error, each shape's read once (lazily); the errors
+        counted before do not change them."""
+        key = (shape.key(), tail, step, whole)
+        found = self.ends.get(key)
+        if found is None:
+            found = Remembered(_endings(shape.copy(), tail, self, step, whole, shape.errors))
+            if len(self.ends) < MEMO:
+                self.ends[key] = found
+        return found
 
     def clean_after(self, shape: Shape, key: tuple, line: Line, whole: bool, base: int) -> bool:
         """`clean(shape.copy().feed(line), whole, base)`, remembered per shape (`key`) and what `feed` reads of the
@@ -625,10 +638,10 @@ class Remembered:
     """An iterator's items, kept as they come, so that it can be read again from the start (and on past where it
     was left) without redoing its work."""
 
-    def __init__(self, items: Iterator[tuple[str, str]]) -> None:
+    def __init__(self, items: Iterator[Any]) -> None:
         self.items, self.seen = items, []
 
-    def __iter__(self) -> Iterator[tuple[str, str]]:
+    def __iter__(self) -> Iterator[Any]:
         at = 0
         while True:
             if at == len(self.seen):
