@@ -70,8 +70,8 @@ def test_a_line_remembered_before_the_lines_after_a_hole_is_told_from_its_head()
     ahead = pyshape.Ahead(tuple(pyshape.lines("    y = 1\nz = 2\n")))
     shape = pyshape.replay(pyshape.lines("a = 1\n"))
     head, plain = pyshape.Line("", "if x:"), pyshape.Line("", "if x: y")  # the same word, one waits for a body
-    assert ahead.clean_after(shape, shape.key(), head, False, shape.errors)
-    assert not ahead.clean_after(shape, shape.key(), plain, False, shape.errors)
+    assert ahead.clean_after(shape, shape.key(), head.indent, head, False, shape.errors)
+    assert not ahead.clean_after(shape, shape.key(), plain.indent, plain, False, shape.errors)
 
 
 def test_the_lines_after_a_hole_count_from_every_shape_as_a_fresh_replay_does():
@@ -93,7 +93,7 @@ def test_the_lines_after_a_hole_count_from_every_shape_as_a_fresh_replay_does():
                     fresh = pyshape.replay(list(rest), shape.copy().feed(line))
                     count = fresh.end() if whole else fresh.errors
                     for base in (count, count + 1):
-                        assert ahead.clean_after(shape, shape.key(), line, whole, base) == (base == count)
+                        assert ahead.clean_after(shape, shape.key(), line.indent, line, whole, base) == (base == count)
 
 
 # ---------------------------------------------------------------- the sweep reads a run only when it gets there

@@ -555,13 +555,8 @@ def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: boo
             yield ""
         return
     levels = shape.levels() or [shape.blocks[-1].head + step]
-    opens = _openers(tail.code)
     key = shape.key()
-    for start in (s + opens + x for s in TAILS for x in ("", "x")) if opens else TAILS:
-        start = start + " " if start and start[-1] not in "([{." else start
-        code = start + tail.code
-        if not parses(code):
-            continue
+    for start, line in _starts(tail.code):
         for level in levels:
             if start:
                 indent = level
@@ -569,9 +564,22 @@ def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: boo
                 indent = level[: len(level) - len(tail.indent)]
             else:
                 continue
-            if rest.clean_after(shape, key, Line(level, code), whole, base):
+            if rest.clean_after(shape, key, level, line, whole, base):
                 yield "\n" + indent + start
                 break
+
+
+@functools.lru_cache(maxsize=256)
+def _starts(code: str) -> tuple[tuple[str, Line], ...]:
+    """The starts of a statement that the rest of the hole's last line (`code`) finishes, each with the line they
+    make (its indentation left to the caller), in the order tried (those that parse)."""
+    opens = _openers(code)
+    out = []
+    for start in (s + opens + x for s in TAILS for x in ("", "x")) if opens else TAILS:
+        start = start + " " if start and start[-1] not in "([{." else start
+        if parses(start + code):
+            out.append((start, Line("", start + code)))
+    return tuple(out)
 
 
 class Ahead:
@@ -611,13 +619,13 @@ class Ahead:
                 self.ends[key] = found
         return found
 
-    def clean_after(self, shape: Shape, key: tuple, line: Line, whole: bool, base: int) -> bool:
-        """`clean(shape.copy().feed(line), whole, base)`, remembered per shape (`key`) and what `feed` reads of the
-        line (its indentation, first word, and whether it is a head)."""
-        at = (key, line.indent, line.word, line.head, whole)
+    def clean_after(self, shape: Shape, key: tuple, indent: str, line: Line, whole: bool, base: int) -> bool:
+        """`clean(shape.copy().feed(Line(indent, line.code)), whole, base)`, remembered per shape (`key`) and what
+        `feed` reads of the line (its indentation, first word, and whether it is a head)."""
+        at = (key, indent, line.word, line.head, whole)
         found = self.fed.get(at)
         if found is None:
-            found = self.errors(shape.copy().feed(line), whole) - shape.errors
+            found = self.errors(shape.copy().feed(Line(indent, line.code)), whole) - shape.errors
             if len(self.fed) < MEMO:
                 self.fed[at] = found
         return shape.errors + found == base
