@@ -85,7 +85,7 @@ ROWS = (
     ),
     Family(
         "fast-dllm-v2",
-        "Fast-dLLM v2 (Qwen2.5-based, 1.5B and 7B)",
+        "Fast-dLLM v2 (Qwen2.5-based: Fast_dLLM_v2_7B)",
         "blocks of 32",
         "mask",
         "subblocks",
