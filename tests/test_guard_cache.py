@@ -37,8 +37,7 @@ def cuts(rnd: random.Random, text: str, n: int) -> list[tuple[str, str]]:
 
 
 def fresh_bridges(before: str, after: str) -> tuple[tuple[str, str], ...]:
-    pyshape.bridges.cache_clear()
-    pyshape._ahead.cache_clear()
+    pyshape.forget()
     return pyshape.bridges(before, after)
 
 
@@ -46,8 +45,7 @@ def test_bridges_remembered_across_cuts_are_the_bridges_of_a_fresh_replay():
     rnd = random.Random(26)
     pairs = [pair for text in sources() for pair in cuts(rnd, text, 8)]
     expected = [fresh_bridges(b, a) for b, a in pairs]
-    pyshape.bridges.cache_clear()
-    pyshape._ahead.cache_clear()
+    pyshape.forget()
     order = list(range(len(pairs)))
     rnd.shuffle(order)  # the lines after a hole replayed from the shapes of other cuts first
     for i in order:
@@ -331,3 +329,28 @@ def test_a_remembered_tokenizer_answers_as_the_tokenizer_and_asks_it_once_per_te
     for n in (3, 8, 3, 8):
         assert guard.fits(fillers, n, coder, None) == guard.fits(fillers, n, plain, None)
     assert counted.calls < plain.calls / 3
+
+
+def test_each_thread_remembers_its_own_replays_and_scans():
+    """serve decodes each request in a thread of its own: a remembered iterator is never read by two at once."""
+    import threading
+
+    from dlmcode.text import scans
+
+    rest = tuple(pyshape.lines("    x = 1\nelse:\n    y = 2\n"))
+    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), guard._push, ())
+    mine = pyshape._ahead(rest)
+    scan.scan("a = (1,\nb = 2\n")
+    seen = {}
+
+    def other() -> None:
+        seen["ahead"] = pyshape._ahead(rest)
+        seen["entries"] = list(scan.entries)
+        seen["found"] = scan.scan("a = (1,\nb = 2\n").state
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    assert pyshape._ahead(rest) is mine and seen["ahead"] is not mine
+    assert scan.entries and seen["entries"] == []
+    assert seen["found"] == scan.scan("a = (1,\nb = 2\n").state == ("(",)

@@ -20,6 +20,7 @@ import bisect
 import functools
 import itertools
 import re
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -661,10 +662,25 @@ class Remembered:
             at += 1
 
 
-@functools.lru_cache(maxsize=64)
+AHEADS = threading.local()  # each thread's Aheads: their remembered iterators are read by one thread at a time
+KEPT = 64  # Aheads a thread keeps
+
+
 def _ahead(lines_: tuple[Line, ...]) -> Ahead:
     """One Ahead per run of lines (the code after a hole stays while the decode writes before it)."""
-    return Ahead(lines_)
+    kept = AHEADS.__dict__.setdefault("kept", {})
+    found = kept.get(lines_)
+    if found is None:
+        if len(kept) >= KEPT:
+            kept.pop(next(iter(kept)))  # the oldest
+        found = kept[lines_] = Ahead(lines_)
+    return found
+
+
+def forget() -> None:
+    """This thread's Aheads and the bridges remembered (tests: a fresh replay)."""
+    AHEADS.__dict__.pop("kept", None)
+    bridges.cache_clear()
 
 
 def _lead(line: str) -> str:

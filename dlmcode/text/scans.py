@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,10 +62,15 @@ class Prefixes:
     fold: Fold | None = None
     start: Any = None  # the fold's state before any text
     group: int = 0  # the pattern's group where a literal starts (after prefixes such as `rb`)
-    entries: list[Entry] = field(default_factory=list)
+    local: threading.local = field(default_factory=threading.local, repr=False)  # each thread's entries (serve
+    # decodes in a thread per request)
 
     def __post_init__(self) -> None:
         self.opener = re.compile("|".join(map(re.escape, self.openers))) if self.openers else None
+
+    @property
+    def entries(self) -> list[Entry]:
+        return self.local.__dict__.setdefault("entries", [])
 
     def scan(self, text: str) -> Scanned:
         entry = max((e for e in self.entries if text.startswith(e.text)), key=lambda e: len(e.text), default=None)
@@ -132,7 +138,7 @@ class Prefixes:
         return self.fold(state, text, start, stop, inside)
 
     def remember(self, entry: Entry) -> None:
-        self.entries = [e for e in self.entries if e.text != entry.text][-(KEEP - 1) :] + [entry]
+        self.local.entries = [e for e in self.entries if e.text != entry.text][-(KEEP - 1) :] + [entry]
 
 
 @dataclass
@@ -144,7 +150,11 @@ class Suffixes:
     fold: Fold | None = None  # applied to the stretches outside matches from the last to the first
     start: Any = None
     head: int = 512  # the remembered end begins this far into a text (what a decode writes at a hole's end is short)
-    entries: list[Entry] = field(default_factory=list)
+    local: threading.local = field(default_factory=threading.local, repr=False)  # each thread's entries
+
+    @property
+    def entries(self) -> list[Entry]:
+        return self.local.__dict__.setdefault("entries", [])
 
     def scan(self, text: str) -> Scanned:
         for entry in reversed(self.entries):
@@ -176,8 +186,9 @@ class Suffixes:
             mark = spans[k][1]  # not inside a match
         tail = [(s - mark, e - mark) for s, e in spans if s >= mark]
         end = self.backwards(self.start, text, spans, mark, len(text))
-        self.entries = [e for e in self.entries if e.text != text[mark:]][-(KEEP - 1) :]
-        self.entries.append(Entry(text[mark:], tail, end))
+        self.local.entries = [e for e in self.entries if e.text != text[mark:]][-(KEEP - 1) :] + [
+            Entry(text[mark:], tail, end)
+        ]
         return Scanned(spans, self.backwards(end, text, spans, 0, mark))
 
     def backwards(self, state: Any, text: str, spans: list[Span], start: int, stop: int) -> Any:
