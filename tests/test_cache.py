@@ -222,6 +222,7 @@ def test_generate_with_a_cache_through_fill(tiny_dlm):
 
 def test_speed_bench_rows_ratios_and_targets(tiny_dlm):
     from dlmcode.bench import speed
+    from dlmcode.bench.speed import report
 
     cfg = speed.SpeedConfig(lengths=(12,), gen=8, block=4, caches=("prefix",), names=("threshold", "low-confidence"))
     rows = speed.run(tiny_dlm, cfg)
@@ -235,8 +236,15 @@ def test_speed_bench_rows_ratios_and_targets(tiny_dlm):
     assert base.ratios["call_speedup"] == base.ratios["tokens_s"] == 1.0 and base.tpf == 1.0 and base.calls == 8
     assert cached_row.full_calls == 2 and base.full_calls is None  # one full run per block of 4
     assert all(r.prompt == 12 and r.holes == 8 and r.call_s > 0 and r.overhead_s >= 0 for r in rows)
+    # on a CPU the same times in the decoding thread's CPU time, and the targets are judged on those shares
+    assert all(r.call_cpu_s > 0 and r.overhead_cpu_s >= 0 for r in rows)
+    assert rows[2].ratios["overhead_of_forward_cpu"] == rows[2].overhead_cpu_s / base.call_cpu_s
     doc = speed.summary(rows, tiny_dlm, cfg)
     assert set(doc["targets"]["overhead_ok"]) == {"low-confidence", "threshold"} and len(doc["rows"]) == 4
+    assert doc["targets"]["overhead_judged_in"] == "cpu"
+    worst = max(r.ratios["overhead_of_forward_cpu"] for r in rows if r.decoder == "threshold")
+    assert doc["targets"]["overhead_of_forward_cpu_max"]["threshold"] == round(worst, 4)
+    assert doc["targets"]["overhead_ok"]["threshold"] == (worst <= report.TRAINING_FREE_TARGET)
     assert doc["rows"][1]["ratios"]["calls"] == 1.0
     assert doc["decoder_settings"] == {"low-confidence": {"block": 4}, "threshold": {"block": 4}}
 

@@ -211,3 +211,19 @@ def test_infill_goes_through_the_prompt_the_code_after_the_span_read_first(dlm):
     )
     assert result.text.startswith("def f(x):\n") and result.text.endswith("    return y\n")
     assert dlm.infill == "prompt"
+
+
+def test_renoise_entropy_and_draw_are_torchs_own_bit_for_bit():
+    """The decoder's entropy is Categorical(logits).entropy() and its draw torch.multinomial(probs, 1), computed
+    without their argument checks: the same bits and the same generator stream (a masked column included)."""
+    from dlmcode.decoders.renoise import categorical_entropy, multinomial_one
+
+    rows = torch.randn(16, 300, generator=torch.Generator().manual_seed(5)) * 4
+    rows[:, 7] = float("-inf")  # a mask token made impossible, as sampling.without leaves it
+    ours = categorical_entropy(rows.clone())
+    assert torch.equal(ours, torch.distributions.Categorical(logits=rows).entropy())
+    probs = torch.softmax(rows, -1)
+    mine, theirs = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    for _ in range(3):  # the same draws, call after call: each consumes what torch.multinomial consumes
+        assert torch.equal(multinomial_one(probs, mine), torch.multinomial(probs, 1, generator=theirs).squeeze(-1))
+    assert torch.equal(mine.get_state(), theirs.get_state())

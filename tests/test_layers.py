@@ -119,3 +119,21 @@ def test_shipped_assistant_logits_are_unchanged():
         second, _ = model.extend(x[:, 16:], past)
     assert_logits(full, ASSISTANT_FULL)
     assert_logits(torch.cat([first, second], 1), ASSISTANT_EXTEND)
+
+
+def test_rope_tables_are_made_once_per_shape_and_are_the_same_bits():
+    """A model call at a fixed shape reuses its RoPE tables (no new tensors per call), equal to fresh ones, and they
+    are ordinary tensors even when first made under inference mode (training uses them with autograd)."""
+    from dlmcode.models import layers
+
+    with torch.inference_mode():
+        first = layers.rope_kept(37, 16, 10000.0, torch.device("cpu"), 5)
+    again = layers.rope_kept(37, 16, 10000.0, torch.device("cpu"), 5)
+    fresh = layers.rope_tables(37, 16, 10000.0, torch.device("cpu"), 5)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert all(torch.equal(a, b) and not a.is_inference() for a, b in zip(first, fresh, strict=True))
+    other = layers.rope_kept(37, 16, 10000.0, torch.device("cpu"), 6)  # another start: other positions
+    assert torch.equal(other[0], layers.rope_tables(37, 16, 10000.0, torch.device("cpu"), 6)[0])
+    x = torch.randn(1, 2, 37, 16, requires_grad=True)
+    layers.apply_rope(x, *first).sum().backward()  # usable where autograd records
+    assert x.grad is not None

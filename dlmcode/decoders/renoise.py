@@ -89,16 +89,16 @@ class Renoise(Revising):
                 predict, canvas.tokens, None if gate is not None else positions
             )  # (n, V); guarded (L, V)
             rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id).cpu()  # (n, V)
-            entropy = torch.distributions.Categorical(logits=rows).entropy()  # (n,) as its generate computes it
+            entropy = categorical_entropy(rows)  # (n,) as its generate computes it
             best = rows.argmax(-1)  # (n,)
             stable, history = self.stable(best, history)
             last = call == self.steps - 1 or (stable and bool(entropy.mean() < self.confidence))
-            drawn = self.sample(rows, rng)  # drawn at the last call too, as its generate draws it
+            drawn, probs = self.sample(rows, rng)  # drawn at the last call too, as its generate draws it
             if last:
                 ids, take = best, torch.ones_like(best, dtype=torch.bool)
             else:
                 ids, take = drawn, accept(entropy, self.bound)
-            canvas, step = self.commit(canvas, logits, positions, ids, take, rows, gate, state, number, True)
+            canvas, step = self.commit(canvas, logits, positions, ids, take, rows, gate, state, number, True, probs)
             yield step
             if last:
                 torch.randint(0, rows.shape[-1], (len(positions),), generator=rng)  # the renoising its generate drops
@@ -123,13 +123,15 @@ class Renoise(Revising):
         history[-1] = best
         return same, history
 
-    def sample(self, rows: Tensor, rng: torch.Generator) -> Tensor:
-        """A token per row from softmax(rows / T) by torch.multinomial (as its generate draws), or argmax at T = 0."""
+    def sample(self, rows: Tensor, rng: torch.Generator) -> tuple[Tensor, Tensor | None]:
+        """A token per row from softmax(rows / T) as torch.multinomial draws it (as its generate draws), or argmax at
+        T = 0; and softmax(rows) when it was computed here (T = 1, float32 rows), for the commit scores."""
         if self.temperature == 0:
-            return rows.argmax(-1)
+            return rows.argmax(-1), None
         scaled = rows if self.temperature == 1 else rows / self.temperature
         probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)  # (n, V)
-        return torch.multinomial(probs, num_samples=1, generator=rng).squeeze(-1)  # (n,)
+        same = self.temperature == 1 and rows.dtype == torch.float32  # then probs is softmax(rows) itself
+        return multinomial_one(probs, rng), probs if same else None
 
     def commit(
         self,
@@ -143,12 +145,15 @@ class Renoise(Revising):
         state: dict[str, int],
         number: int,
         renew: bool,
+        probs: Tensor | None = None,
     ) -> tuple[Canvas, Step]:
-        """Take back what the block holds (when `renew`), commit `ids` where `take` (through the guard), as one Step."""
+        """Take back what the block holds (when `renew`), commit `ids` where `take` (through the guard), as one Step.
+        `probs`: softmax(rows) when the sampler made it (a row's softmax does not depend on the other rows)."""
         back = positions[~canvas.holes[positions]] if renew else EMPTY
         canvas = canvas.reopen(back) if back.numel() else canvas
         pos, new = positions[take.to(positions.device)], ids[take].to(canvas.tokens.device)
-        scores = torch.softmax(rows[take], dim=-1).gather(-1, ids[take][:, None]).squeeze(-1)  # (k,) their probability
+        taken = torch.softmax(rows[take], dim=-1) if probs is None else probs[take]  # (k, V)
+        scores = taken.gather(-1, ids[take][:, None]).squeeze(-1)  # (k,) their probability
         if gate is not None and pos.numel():
             pos, new, scores = gate.admit(canvas.tokens, logits, pos, new, scores)
         canvas = canvas.fill(pos, new)
@@ -156,6 +161,22 @@ class Renoise(Revising):
         step = Step(state["index"], canvas, pos, scores, state["calls"], {"block": number}, back)
         state["index"] += 1
         return canvas, step
+
+
+def categorical_entropy(rows: Tensor) -> Tensor:
+    """(n,) torch.distributions.Categorical(logits=rows).entropy(), the same operations in the same order (so the
+    same bits) without building the distribution, whose argument checks cost two more passes over (n, V)."""
+    logits = rows - rows.logsumexp(dim=-1, keepdim=True)  # (n, V) normalised, as Categorical stores them
+    probs = torch.softmax(logits, dim=-1)  # its `probs`
+    return -(logits.clamp_(min=torch.finfo(logits.dtype).min).mul_(probs)).sum(-1)
+
+
+def multinomial_one(probs: Tensor, rng: torch.Generator) -> Tensor:
+    """(n,) torch.multinomial(probs, 1, generator=rng) for rows of probabilities, drawn as it draws one sample: an
+    Exp(1) number per entry from `rng`, then argmax(probs / q), without its checks of the whole input
+    (tests/test_diffusion_gemma.py holds it to torch.multinomial and to transformers' generate)."""
+    q = torch.empty_like(probs).exponential_(1, generator=rng)  # (n, V)
+    return torch.div(probs, q, out=q).argmax(-1)
 
 
 def block_rows(logits: Tensor, positions: Tensor, gate: object) -> Tensor:

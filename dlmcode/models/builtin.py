@@ -156,7 +156,7 @@ class DlmcodeDiffusionLM(nn.Module):
         if isinstance(start, Tensor):  # (B,) a batch of cached runs, each from its own position (models/cache.run_rows)
             cos, sin = layers.rope_rows(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
         else:
-            cos, sin = layers.rope_tables(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
+            cos, sin = layers.rope_kept(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
         for i, block in enumerate(self.blocks):
             x = block(

@@ -8,6 +8,7 @@ nn.RMSNorm (ours) or native.RMSNorm (the published float32 one).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
@@ -23,6 +24,24 @@ def rope_tables(
     pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
     ang = torch.outer(pos, inv)  # (L, hd/2)
     return ang.cos(), ang.sin()
+
+
+ROPE_KEPT = 16  # rope tables kept per process: a decode asks for the same one or two (per block) at every call
+
+
+def rope_kept(length: int, head_dim: int, theta: float, device: torch.device, start: int = 0) -> tuple[Tensor, Tensor]:
+    """rope_tables(length, head_dim, theta, device, start), made once per shape and reused: a model call
+    at a fixed shape needs no new tables (the same computation, so the same bits). Under torch.compile
+    they are made afresh, so a compiled graph holds no guard on this cache."""
+    if torch.compiler.is_compiling() or not isinstance(start, int):
+        return rope_tables(length, head_dim, theta, device, start)
+    return _rope_kept(length, head_dim, float(theta), torch.device(device), start)
+
+
+@functools.lru_cache(maxsize=ROPE_KEPT)  # thread-safe: batch.py's workers call models from several threads
+def _rope_kept(length: int, head_dim: int, theta: float, device: torch.device, start: int) -> tuple[Tensor, Tensor]:
+    with torch.inference_mode(False):  # made during decoding, used by training too: never an inference tensor
+        return rope_tables(length, head_dim, theta, device, start)
 
 
 def rope_rows(length: int, head_dim: int, theta: float, device: torch.device, starts: Tensor) -> tuple[Tensor, Tensor]:

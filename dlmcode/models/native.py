@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..core.canvas import Predict
 from ..core.errors import ModelError
 from . import cache, forward
-from .layers import apply_rope, rope_tables
+from .layers import apply_rope, rope_kept
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -128,7 +128,7 @@ class NativeLM(nn.Module):
         """The final hidden states (B, n, D), after the final norm: what the output head reads. With `rows` (R,)
         only those positions' (B, R, D): the last layer runs their queries, attention and MLP alone."""
         embed, layers, norm = self.parts()
-        cos, sin = rope_tables(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
+        cos, sin = rope_kept(ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, ids.device, start)
         x, keys = embed(ids), key_mask(mask)  # (B, n, D)
         for i, layer in enumerate(layers):
             last = rows if i == len(layers) - 1 else None

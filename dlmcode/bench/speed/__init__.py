@@ -2,7 +2,8 @@
 
 For each prompt length, decoder and cache mode it decodes one canvas (prompt tokens, then
 `gen` holes in blocks of `block`) and reports the median time per model call, the
-decoder's own time per call (wall time of the decode minus the time inside `predict`),
+decoder's own time per call (wall time of the decode minus the time inside `predict`; on a
+CPU both also in the decoding thread's CPU time, the steadier figure on a shared machine),
 calls, TPF and completion tokens per second, as ratios to one-token-per-step low-confidence
 without a cache at the same prompt length, run first; the decoder's time is a share of that
 baseline's full forward, which is how the issue states its overhead targets. On a CPU

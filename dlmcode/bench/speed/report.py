@@ -38,11 +38,15 @@ def summary(rows: list[Row], dlm: Dlm, cfg: SpeedConfig, probes: dict[str, Any] 
 
 
 def targets(rows: list[Row]) -> dict[str, Any]:
-    """The issue's targets, reported (not enforced): overhead share per decoder; prefix cache speedup at the longest
-    prompt."""
+    """The issue's targets, reported (not enforced): overhead share per decoder (judged in CPU time where it was
+    measured: see timed.py); prefix cache speedup at the longest prompt."""
     worst: dict[str, float] = {}
+    worst_cpu: dict[str, float] = {}
     for r in rows:
         worst[r.decoder] = max(worst.get(r.decoder, 0.0), r.ratios["overhead_of_forward"])
+        if "overhead_of_forward_cpu" in r.ratios:
+            worst_cpu[r.decoder] = max(worst_cpu.get(r.decoder, 0.0), r.ratios["overhead_of_forward_cpu"])
+    judged = worst_cpu if worst and worst_cpu.keys() == worst.keys() else worst
     longest = max((r.prompt for r in rows), default=0)
     prefix = [r.ratios["call_speedup"] for r in rows if r.prompt == longest and r.cache == "prefix"]
     exact = [r for r in rows if r.prompt == longest and r.cache == EXACT and r.flops]
@@ -57,7 +61,9 @@ def targets(rows: list[Row]) -> dict[str, Any]:
     )
     return block | {
         "overhead_of_forward_max": {k: round(v, 4) for k, v in worst.items()},
-        "overhead_ok": {k: v <= (CODILA_TARGET if k == "codila" else TRAINING_FREE_TARGET) for k, v in worst.items()},
+        "overhead_of_forward_cpu_max": {k: round(v, 4) for k, v in worst_cpu.items()},
+        "overhead_judged_in": "cpu" if judged is worst_cpu else "wall",
+        "overhead_ok": {k: v <= (CODILA_TARGET if k == "codila" else TRAINING_FREE_TARGET) for k, v in judged.items()},
         "prefix_call_speedup_at_longest_prompt": round(statistics.median(prefix), 3) if prefix else None,
         "prefix_speedup_ok": bool(prefix) and statistics.median(prefix) >= CACHE_TARGET,  # issue 30: >= 10x at 2,048
     }
@@ -85,6 +91,7 @@ def table(rows: list[Row], title: str) -> Any:
         "x call",
         "dec ms",
         "dec/fwd",
+        "cpu dec/fwd",
         "guard ms",
         "tok/s",
         "x tok/s",
@@ -102,6 +109,7 @@ def table(rows: list[Row], title: str) -> Any:
             f"{r.ratios['call_speedup']:.2f}",
             f"{r.overhead_s * 1e3:.2f}",
             f"{r.ratios['overhead_of_forward']:.0%}",
+            f"{r.ratios['overhead_of_forward_cpu']:.1%}" if "overhead_of_forward_cpu" in r.ratios else "-",
             "-" if r.guard_s is None else f"{r.guard_s * 1e3:.2f}",
             f"{r.tokens_s:.1f}",
             f"{r.ratios['tokens_s']:.2f}",

@@ -1,6 +1,14 @@
 """One decode timed: the canvas it decodes (a real Python prompt, then holes), the decoder and the
 predict behind each cache mode, every model call and the whole decode timed (Timed, measure), and
-the grid's stream of Rows with their ratios to the baseline."""
+the grid's stream of Rows with their ratios to the baseline.
+
+On a CPU the calls and the decode are also timed in the decoding thread's CPU time
+(`time.thread_time`): the time a process waits for a core, which on a shared machine can be
+most of a wall-clock second and lands on whichever row is running, is not in it, so the
+decoder's CPU share of the baseline's forward (`overhead_of_forward_cpu`) is the steadier
+figure, and report.targets judges the overhead targets on it where it was measured (with one
+thread: another thread's work is not in a thread's time). On a GPU a call's cost is not the CPU
+time of its thread, so only wall time is taken."""
 
 from __future__ import annotations
 
@@ -54,6 +62,8 @@ class Row:
     flops: int | None = None  # a block family's FLOPs, counted from the forwards it made (models/blocks.py)
     canvas_flops: int | None = None  # what recomputing the whole canvas at each of its calls would cost
     guard_s: float | None = None  # per call: the guard's checks (part of overhead_s); None: unguarded
+    call_cpu_s: float | None = None  # as call_s, in the decoding thread's CPU time (None on a GPU)
+    overhead_cpu_s: float | None = None  # as overhead_s, in the decoding thread's CPU time (None on a GPU)
     reopened: int = 0  # tokens the decoder took back (remasking decoders): each cost a commit again
     ratios: dict[str, float] = field(default_factory=dict)  # against the baseline at this prompt length
 
@@ -72,21 +82,24 @@ class Row:
 
 
 class Timed:
-    """A predict that records how long each call takes (synchronizing CUDA so the time is the forward's);
-    it passes on the rows a decoder asks for, so a call costs what it costs in a decode."""
+    """A predict that records how long each call takes, in wall time (synchronizing CUDA so the time is
+    the forward's) and in the calling thread's CPU time; it passes on the rows a decoder asks for, so a
+    call costs what it costs in a decode."""
 
     takes_rows = True
 
     def __init__(self, predict: Predict, device: torch.device) -> None:
         self.predict, self.device = predict, device
         self.times: list[float] = []
+        self.cpu: list[float] = []
 
     def __call__(self, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         logits = logits_at(self.predict, tokens, rows)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.times.append(time.perf_counter() - start)
+        self.cpu.append(time.thread_time() - cpu)
         return logits
 
 
@@ -150,10 +163,11 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
     decoder = guarded(decoder, dlm, start)  # syntax-guard: its parses are timed as its own work
     timed = Timed(inner, dlm.device)
     taken: list[int] = []
-    began = time.perf_counter()
+    began, began_cpu = time.perf_counter(), time.thread_time()
     final = last(counting(decoder(start, timed, rng), taken))
-    seconds = time.perf_counter() - began
+    seconds, cpu = time.perf_counter() - began, time.thread_time() - began_cpu
     counted = isinstance(inner, BlockPredict) and dlm.blocks.cost is not None
+    on_cpu = dlm.device.type == "cpu"  # a GPU call's cost is not the CPU time of its thread
     return Row(
         prompt=prompt,
         decoder=name,
@@ -163,6 +177,8 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
         seconds=seconds,
         call_s=statistics.median(timed.times),
         overhead_s=(seconds - sum(timed.times)) / final.calls,
+        call_cpu_s=statistics.median(timed.cpu) if on_cpu else None,
+        overhead_cpu_s=(cpu - sum(timed.cpu)) / final.calls if on_cpu else None,
         full_calls=getattr(inner, "full_calls", None),
         reopened=sum(taken),
         guard_s=guard_time(decoder, final.calls),
@@ -215,6 +231,8 @@ def with_ratios(r: Row, base: Row) -> Row:
         "overhead_of_forward": r.overhead_s
         / base.call_s,  # the decoder's own time per call, as a share of one full forward
     }
+    if r.overhead_cpu_s is not None and base.call_cpu_s:
+        r.ratios["overhead_of_forward_cpu"] = r.overhead_cpu_s / base.call_cpu_s  # the same, in CPU time
     return r
 
 
