@@ -253,3 +253,23 @@ def test_a_support_of_one_keeps_the_top_two_margin():
     _, q = select(logits, 0.9, 0, support=1)  # no updates: q = sigmoid(c)
     top = torch.log_softmax(logits, -1).topk(2).values
     assert torch.allclose(q, torch.sigmoid(top[:, 0] - top[:, 1]))
+
+
+@pytest.mark.parametrize(("h", "vocab", "k"), [(32, 4096, 32), (7, 100, 5), (2, 50, 3), (17, 3000, 13)])
+def test_pairwise_top_reads_each_pair_as_the_direct_gather_does(h, vocab, k):
+    """pairwise_top reads the pairs' columns from a small (H, H, k) table: the same values, bit for bit, as gathering
+    each pair's union of tops from the (H, V) log-probabilities (the form it had before, restated here)."""
+    from dlmcode.core import sampling
+
+    logp = sampling.log_probs(torch.randn(h, vocab, generator=torch.Generator().manual_seed(h)) * 3)
+    top = logp.topk(k, dim=-1).indices  # (H, k)
+    i, j = torch.triu_indices(h, h, offset=1)
+    member = torch.zeros(logp.shape, dtype=torch.bool).scatter_(1, top, True)
+    cols = torch.cat([top[i], top[j]], dim=-1)  # (P, 2k)
+    keep = torch.cat([torch.ones_like(top[j], dtype=torch.bool), ~member[i[:, None], top[j]]], dim=-1)
+    pi, pj = logp[i[:, None], cols].exp() * keep, logp[j[:, None], cols].exp() * keep
+    pi = torch.cat([pi, (1 - pi.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)
+    pj = torch.cat([pj, (1 - pj.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)
+    direct = torch.zeros(h, h, dtype=logp.dtype)
+    direct[i, j] = direct[j, i] = mean_field.overlap(pi, pj)
+    assert torch.equal(mean_field.pairwise_top(logp, top), direct)

@@ -278,3 +278,15 @@ def test_proposals_on_a_gpu_are_drawn_there_and_reproducible():
     a, _, _ = sampling.propose(logits, 1.0, gen(5), 99)
     b, _, _ = sampling.propose(logits, 1.0, gen(5), 99)
     assert a.device.type == "cuda" and torch.equal(a, b)
+
+
+def test_argmax_without_skips_the_mask_token_and_leaves_the_logits_as_they_were():
+    """Rows whose argmax is the mask token take their best other token; the caller's logits are not edited (the
+    rows redone are edited in the copy that indexing them made)."""
+    logits = torch.tensor([[0.0, 5.0, 1.0, 2.0], [3.0, 0.0, 1.0, 2.0], [0.0, 9.0, 8.0, 1.0]])
+    kept = logits.clone()
+    assert sampling.argmax_without(logits, 1).tolist() == [3, 0, 2]
+    assert torch.equal(logits, kept)
+    rows = logits[torch.tensor([True, False, True])]  # a copy: copy=False edits it and nothing else
+    assert sampling.without(rows, 1, copy=False) is rows and rows[:, 1].isinf().all() and torch.equal(logits, kept)
+    assert sampling.without(logits, 1) is not logits and torch.equal(logits, kept)

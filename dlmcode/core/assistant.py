@@ -148,7 +148,7 @@ def _decode(
     for j in range(probs.shape[1]):
         logits = logits.float()  # (N, vocab): a new tensor of the assistant's, edited in place below
         logp = torch.log_softmax(logits, dim=-1)  # finite: the head's logits are
-        entropies.append(-(logp.exp() * logp).sum(-1))  # float32: plenty to rank blocks by entropy
+        entropies.append(logp.exp().mul_(logp).sum(-1).neg_())  # float32: plenty to rank blocks by entropy
         if ban:
             logits[:, banned] = -math.inf  # never propose the dLLM's mask id
         token = sampling.gumbel_argmax(logits, temperature, rng)

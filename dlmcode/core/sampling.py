@@ -99,7 +99,7 @@ def argmax_without(logits: Tensor, token: int) -> Tensor:
         return ids
     bad = ids == token  # (H,)
     if bool(bad.any()):
-        ids[bad] = without(logits[bad], token).argmax(-1)
+        ids[bad] = without(logits[bad], token, copy=False).argmax(-1)  # logits[bad] is a copy already
     return ids
 
 
@@ -148,14 +148,17 @@ def locate(weights: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
     return i.squeeze(1), share.squeeze(1)
 
 
-def without(logits: Tensor, token: int) -> Tensor:
+def without(logits: Tensor, token: int, copy: bool = True) -> Tensor:
     """Logits with `token` made impossible: a hole is never filled with the mask token.
 
     Only the proposal drops it; confidences still use the full softmax, as the references do.
+    `copy` False edits `logits` itself: for rows the caller just copied out (indexing by a mask or
+    by positions makes a copy), so they are not copied twice.
     """
     if not 0 <= token < logits.shape[-1]:
         return logits  # a mask id outside the vocabulary cannot be proposed anyway
-    logits = logits.clone()
+    if copy:
+        logits = logits.clone()
     logits[:, token] = float("-inf")
     return logits
 

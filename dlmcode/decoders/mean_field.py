@@ -108,12 +108,15 @@ def pairwise_top(logp: Tensor, top: Tensor) -> Tensor:
     member = torch.zeros(logp.shape, dtype=torch.bool, device=logp.device).scatter_(
         1, top, True
     )  # (H, V) tops of each row
-    cols = torch.cat([top[i], top[j]], dim=-1)  # (P, 2k)
-    keep = torch.cat(
-        [torch.ones_like(top[j], dtype=torch.bool), ~member[i[:, None], top[j]]], dim=-1
-    )  # j's tops not in i's
-    pi = logp[i[:, None], cols].exp() * keep  # (P, 2k); never (P, V) copies
-    pj = logp[j[:, None], cols].exp() * keep
+    # Each row's log-probabilities at every row's tops, read once: cross[a, b] = logp[a, top[b]] (H, H, k),
+    # a small table the pairs' columns are gathered from (reading them from (H, V) pair by pair is slower)
+    flat = top.reshape(-1)  # (H k,)
+    cross = logp[:, flat].view(h, h, -1)  # (H, H, k)
+    inside = member[:, flat].view(h, h, -1)  # (H, H, k): top[b]'s token m is among row a's tops
+    keep = torch.cat([torch.ones_like(top[j], dtype=torch.bool), ~inside[i, j]], dim=-1)  # (P, 2k) j's tops not i's
+    # columns top[i] then top[j], as pair (i, j) is compared on them; never (P, V) copies
+    pi = torch.cat([cross[i, i], cross[i, j]], dim=-1).exp() * keep  # (P, 2k)
+    pj = torch.cat([cross[j, i], cross[j, j]], dim=-1).exp() * keep
     pi = torch.cat([pi, (1 - pi.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)  # (P, 2k + 1)
     pj = torch.cat([pj, (1 - pj.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)
     d[i, j] = d[j, i] = overlap(pi, pj)

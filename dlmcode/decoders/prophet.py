@@ -57,7 +57,8 @@ class Prophet(Revising, Scheduled):
         """Whether the mean top-2 gap over the open holes clears the bar of this phase of the schedule."""
         progress = window.calls / self.max_calls(window.span)
         bar = self.gap_early if progress < PHASES[0] else self.gap_mid if progress < PHASES[1] else self.gap_late
-        return float(gap(sampling.without(window.logits[window.holes], window.mask_id)).mean()) >= bar
+        holes = window.logits[window.holes]  # (H, V) a copy (indexed by a mask): the mask id is dropped in it
+        return float(gap(sampling.without(holes, window.mask_id, copy=False)).mean()) >= bar
 
 
 def gap(logits: Tensor) -> Tensor:
