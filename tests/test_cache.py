@@ -123,6 +123,21 @@ def test_callers_may_edit_the_logits_in_place(arch):
         assert torch.equal(forward.head_rows(pr.head, pr.hidden, None, pr.shift), want)  # never the cache's own buffer
 
 
+def test_a_cached_call_at_a_fixed_shape_keeps_the_canvas_in_one_buffer():
+    """The canvas a cached predict remembers between calls is copied into the same buffer at every call of a decode
+    (no new tensor per call at a fixed shape); another length gets its own."""
+    _, pr = cached("builtin", "prefix", block=4)
+    c = canvas()
+    pr(c.tokens)
+    kept = pr.prev
+    later = c.fill(torch.tensor([10]), torch.tensor([5]))
+    pr(later.tokens)
+    assert pr.prev is kept and torch.equal(kept, later.tokens) and pr.cached_calls == 1
+    longer = canvas(holes=13)
+    pr(longer.tokens)
+    assert pr.prev is not kept and torch.equal(pr.prev, longer.tokens)
+
+
 @pytest.mark.parametrize(("mode", "runs"), [("prefix", (10, 15)), ("dual", (10, 4))])
 def test_block_start_runs_everything_then_only_the_blocks_positions(mode, runs):
     _, pr = cached("builtin", mode, block=4, spy=True)

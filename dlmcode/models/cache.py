@@ -190,13 +190,21 @@ class CachedPredict:
                     block_spans((ids == self.mask_id).nonzero().squeeze(-1), self.settings.block),
                     None,
                 )
-            self.prev = ids.clone()
+            self.keep_prev(ids)
             span = self.plan(ids)
             if span is None:
                 self.refresh(ids)
             else:
                 self.partial(ids, span)
         return forward.head_rows(self.head, self.hidden, rows, self.shift)  # (R, V); never our buffer
+
+    def keep_prev(self, ids: Tensor) -> None:
+        """Remember this call's canvas, in the same buffer as the last call's when the length is the same (every call
+        of a decode): no new tensor per call at a fixed shape."""
+        if self.prev is not None and self.prev.shape == ids.shape:
+            self.prev.copy_(ids)
+        else:
+            self.prev = ids.clone()
 
     def plan(self, ids: Tensor) -> tuple[int, int] | None:
         """The positions to run for `ids`, or None to run them all."""
