@@ -549,3 +549,8 @@ def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
     assert plain["threshold"]["guard_s"] is None and plain["low-confidence"]["guard_s"] is None
     assert plain["syntax-guard"]["guard_s"] is not None  # guarded by default
     assert guarded["threshold"]["guard_s"] is not None and guarded["threshold"]["guard_s"] >= 0
+    # the guard's gates in CPU time: part of the decoder's own CPU time, none for an unguarded row
+    sg = plain["syntax-guard"]
+    assert plain["threshold"]["guard_cpu_s"] is None and 0 < sg["guard_cpu_s"] <= sg["overhead_cpu_s"]
+    share = sg["guard_cpu_s"] / plain["low-confidence"]["call_cpu_s"]  # both rounded to the microsecond in the JSON
+    assert sg["ratios"]["guard_of_forward_cpu"] == pytest.approx(share, rel=0.02)

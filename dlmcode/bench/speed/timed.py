@@ -64,6 +64,7 @@ class Row:
     guard_s: float | None = None  # per call: the guard's checks (part of overhead_s); None: unguarded
     call_cpu_s: float | None = None  # as call_s, in the decoding thread's CPU time (None on a GPU)
     overhead_cpu_s: float | None = None  # as overhead_s, in the decoding thread's CPU time (None on a GPU)
+    guard_cpu_s: float | None = None  # per call: the guard's gates in CPU time (in overhead_cpu_s); None: unguarded
     reopened: int = 0  # tokens the decoder took back (remasking decoders): each cost a commit again
     ratios: dict[str, float] = field(default_factory=dict)  # against the baseline at this prompt length
 
@@ -161,6 +162,8 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
     rng = torch.Generator().manual_seed(seed)
     inner, start = predict_for(dlm, mode, decoder, start, rng)
     decoder = guarded(decoder, dlm, start)  # syntax-guard: its parses are timed as its own work
+    clock = GuardClock.around(decoder)  # the guard's share of that work, in CPU time
+    decoder = clock.decoder if clock else decoder
     timed = Timed(inner, dlm.device)
     taken: list[int] = []
     began, began_cpu = time.perf_counter(), time.thread_time()
@@ -182,6 +185,7 @@ def measure(dlm: Dlm, name: str, decoder: decoders.Decoder, start: Canvas, promp
         full_calls=getattr(inner, "full_calls", None),
         reopened=sum(taken),
         guard_s=guard_time(decoder, final.calls),
+        guard_cpu_s=clock.cpu / final.calls if clock and on_cpu else None,
         flops=inner.flops if counted else None,
         canvas_flops=full_canvas_flops(dlm.blocks.cost, len(start.tokens), final.calls) if counted else None,
     )
@@ -192,9 +196,47 @@ def guard_time(decoder: decoders.Decoder, calls: int) -> float | None:
     from ...text.guard import Guard
 
     completer = contracts.completer_of(decoder)
+    completer = completer.guard if isinstance(completer, GuardClock) else completer
     if not isinstance(completer, Guard) or completer.last is None or completer.last.gave_up:
         return None
     return completer.last.seconds / calls
+
+
+class GuardClock:
+    """The job's guard (core/contracts.Completer) with the thread's CPU time in its gates counted (`cpu`), so that a
+    guarded row says how much of the decoder's own CPU time was the guard's."""
+
+    def __init__(self, guard: contracts.Completer, decoder: decoders.Decoder) -> None:
+        self.guard, self.cpu = guard, 0.0
+        self.decoder = dataclasses.replace(decoder, completer=self)  # the decoder with this clock as its guard
+
+    @classmethod
+    def around(cls, decoder: decoders.Decoder) -> GuardClock | None:
+        """A clock on `decoder`'s guard, or None when it runs unguarded."""
+        guard = contracts.completer_of(decoder)
+        if guard is None or not contracts.guarded(decoder) or not dataclasses.is_dataclass(decoder):
+            return None
+        return cls(guard, decoder)
+
+    def begin(self, canvas: torch.Tensor) -> contracts.Gate:
+        began = time.thread_time()
+        gate = self.guard.begin(canvas)
+        self.cpu += time.thread_time() - began
+        return TimedGate(gate, self)
+
+
+class TimedGate:
+    """A gate whose admits add their CPU time to the clock's."""
+
+    def __init__(self, gate: contracts.Gate, clock: GuardClock) -> None:
+        self.gate, self.clock = gate, clock
+
+    def admit(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        began = time.thread_time()
+        try:
+            return self.gate.admit(*args)
+        finally:
+            self.clock.cpu += time.thread_time() - began
 
 
 def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
@@ -233,6 +275,8 @@ def with_ratios(r: Row, base: Row) -> Row:
     }
     if r.overhead_cpu_s is not None and base.call_cpu_s:
         r.ratios["overhead_of_forward_cpu"] = r.overhead_cpu_s / base.call_cpu_s  # the same, in CPU time
+    if r.guard_cpu_s is not None and base.call_cpu_s:
+        r.ratios["guard_of_forward_cpu"] = r.guard_cpu_s / base.call_cpu_s  # the guard's part of it
     return r
 
 
