@@ -354,3 +354,20 @@ def test_each_thread_remembers_its_own_replays_and_scans():
     assert pyshape._ahead(rest) is mine and seen["ahead"] is not mine
     assert scan.entries and seen["entries"] == []
     assert seen["found"] == scan.scan("a = (1,\nb = 2\n").state == ("(",)
+
+
+def test_the_plans_remembered_for_a_shape_are_those_of_a_fresh_one():
+    rnd = random.Random(15)
+    texts = [*sources(), "def f():\n\tif a:\n\t\tb = 1\n\ttry:\n\t\tc = 2\n"]  # a tab-indented file too
+    shapes = []
+    for text in texts:
+        found = pyshape.lines(text)
+        for _ in range(40):
+            start = rnd.randrange(0, len(found))
+            shapes.append(pyshape.replay(found[start : rnd.randrange(start, len(found) + 1)]))
+    for shape in shapes:  # remembered from the other shapes before it, then fresh
+        step = shape.step()
+        kept = [(planned, now.key(), now.errors - shape.errors) for planned, now in pyshape._planned(shape, step)]
+        pyshape.forget()
+        fresh = [(planned, now.key(), now.errors - shape.errors) for planned, now in pyshape._planned(shape, step)]
+        assert kept == fresh

@@ -500,17 +500,35 @@ def _middles(shape: Shape, blank: str | None, tail: Line | None, rest: Ahead, wh
     """(lines, ending) after the fixed head: the lines, then the start of the hole's last line, for which the
     code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed)."""
     step = shape.step()
-    for planned in _plans(shape, step):
-        now = shape.copy()
-        for text in planned:
-            now.feed(Line(_lead(text), text.strip()))
-        if now.errors > shape.errors:
-            continue
+    for planned, now in _planned(shape, step):
         text = "\n".join(planned)
         if blank is not None and planned:
             text = text[len(blank) :] if text.startswith(blank) else "\n" + text
         for ending in itertools.islice(rest.endings(now, tail, step, whole), 2):  # now.errors == shape.errors
             yield text, ending  # a new line even after a blank one: the padding goes before it, not in its indentation
+
+
+PLANS = threading.local()  # each thread's plans per shape
+
+
+def _planned(shape: Shape, step: str) -> list[tuple[list[str], Shape]]:
+    """The plans for `shape` that add no error, each with the shape it leaves (remembered per shape: a plan's
+    lines and errors do not depend on the errors counted before)."""
+    memo = PLANS.__dict__.setdefault("memo", {})
+    key = (shape.key(), step)
+    found = memo.get(key)
+    if found is None:
+        found = []
+        for planned in _plans(shape, step):
+            now = shape.copy()
+            for text in planned:
+                now.feed(Line(_lead(text), text.strip()))
+            if now.errors == shape.errors:
+                found.append((planned, now))
+        if len(memo) >= MEMO:
+            memo.clear()
+        memo[key] = found
+    return found
 
 
 def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
@@ -680,6 +698,7 @@ def _ahead(lines_: tuple[Line, ...]) -> Ahead:
 def forget() -> None:
     """This thread's Aheads and the bridges remembered (tests: a fresh replay)."""
     AHEADS.__dict__.pop("kept", None)
+    PLANS.__dict__.pop("memo", None)
     bridges.cache_clear()
 
 
