@@ -230,6 +230,8 @@ class _Pair:
         return judge, sample
 
 
+# (one typed parameter a line is ruff's layout for a long signature: the shape `duplicates` pairs with
+# renoise.Renoise.commit's, with nothing shared)
 def _spawn(
     home: Path,
     role: str,
