@@ -44,6 +44,14 @@ def test_the_target_is_2_percent_up_to_50_kb_and_5_above():
     assert large.to_dict()["share_of_forward"] == 0.01 and large.to_dict()["per_call_s"] == 0.001
 
 
+def test_the_cpu_share_reads_the_guard_and_the_forward_in_cpu_time():
+    row = guard_cost.CostRow(
+        "a.py", 49_000, 1, calls=10, guard_s=0.5, forward_s=1.0, guard_cpu_s=0.01, forward_cpu_s=0.1
+    )
+    assert row.share == pytest.approx(0.05) and row.share_cpu == pytest.approx(0.01)
+    assert row.to_dict()["share_of_forward_cpu"] == 0.01
+
+
 @pytest.mark.slow
 def test_a_cost_row_counts_the_guard_s_seconds_per_call_against_a_forward():
     dlm = models.load()
@@ -52,6 +60,7 @@ def test_a_cost_row_counts_the_guard_s_seconds_per_call_against_a_forward():
         assert row.decodes == 1 and row.calls > 0 and row.broken <= row.unguarded <= 1  # a guarded fill never breaks
         assert 0 < row.first_s < row.guard_s and row.forward_s > 0
         assert row.share == pytest.approx(row.guard_s / row.calls / row.forward_s)
+        assert 0 < row.guard_cpu_s and 0 < row.forward_cpu_s  # both in the decoding thread's CPU time too
     assert (one.tokens_per_step, four.tokens_per_step) == (1, 4) and four.calls <= one.calls
 
 

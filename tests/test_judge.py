@@ -197,6 +197,7 @@ def test_every_second_of_the_guard_is_counted_the_first_search_included(shipped)
     result = job.run()
     stats = result.guard
     assert stats["guard_first_seconds"] == round(first.seconds, 6)
+    assert 0 < stats["guard_cpu_seconds"]  # the same time, in the decoding thread's CPU clock
     assert stats["guard_seconds"] > stats["guard_first_seconds"]  # and every admission after it
     assert stats["guard_checks"] > first.checks
     assert result.seconds > stats["guard_seconds"]  # the result's seconds hold the first search too

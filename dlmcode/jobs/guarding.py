@@ -80,7 +80,7 @@ class JobGuard:
         if why is not None:
             self.job.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
-        began = time.perf_counter()  # the first search is the guard's time too (Stats.first)
+        began, cpu = time.perf_counter(), time.thread_time()  # the first search is the guard's time too (Stats.first)
         plan = self.job.plan
         fit = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank())
         counted = guard.Counted(self.keeps)
@@ -89,7 +89,7 @@ class JobGuard:
             if not plan.canvas.writable.logical_xor(plan.canvas.holes).any()
             else None
         )  # None: from a draft (also once a growing fill holds committed tokens); bounded, as every search
-        first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began)
+        first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)
         return dataclasses.replace(
             decoder,
             completer=guard.Guard(self.keeps, found, plan.canvas.mask_id, self.text_around, fit, first=first),

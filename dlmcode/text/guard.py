@@ -75,6 +75,7 @@ class Stats:
     checks: int = 0  # judge calls (parses), the first witness search's included
     seconds: float = 0.0  # every second the guard spent: the first witness search, then admitting each call's commits
     first: float = 0.0  # of `seconds`, the first witness search's (before the first call; counted by the decode)
+    cpu: float = 0.0  # `seconds` in the decoding thread's CPU time (on a shared machine most wall time is waiting)
     rejected: int = 0  # proposals with no witness (replaced or left for later)
     replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
     fallback: int = 0  # calls where nothing was admitted and the witness's token was committed
@@ -86,6 +87,7 @@ class Stats:
             "guard_checks": self.checks,
             "guard_seconds": round(self.seconds, 6),
             "guard_first_seconds": round(self.first, 6),
+            "guard_cpu_seconds": round(self.cpu, 6),
             "guard_rejected": self.rejected,
             "guard_replaced": self.replaced,
             "guard_fallback": self.fallback,
@@ -119,6 +121,7 @@ class Guard:
             )
         self.last, paid = Stats(), self.first or Stats()
         self.last.checks, self.last.seconds, self.last.first = paid.checks, paid.seconds, paid.seconds
+        self.last.cpu = paid.cpu
         self.first = None  # one search, counted once
         self.session = Session(self, None if self.witness is None else self.witness.clone(), self.last)
         return self.session
@@ -140,11 +143,12 @@ class Session:
         Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
         All its time is the guard's (Stats.seconds), the search's as well as the judge's.
         """
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             return self.search(tokens, logits, pos, ids, scores)
         finally:
             self.stats.seconds += time.perf_counter() - start
+            self.stats.cpu += time.thread_time() - cpu
 
     def search(
         self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
