@@ -83,16 +83,22 @@ class JobGuard:
         began, cpu = time.perf_counter(), time.thread_time()  # the first search is the guard's time too (Stats.first)
         plan = self.job.plan
         fit = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank())
+        every = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank(), rare=True)  # the calls' too
         counted = guard.Counted(self.keeps)
+        fresh = not plan.canvas.writable.logical_xor(plan.canvas.holes).any()
         found = (
             guard.first_witness(plan.canvas.tokens, plan.positions, self.around(), fit, counted, budget=guard.FIRST)
-            if not plan.canvas.writable.logical_xor(plan.canvas.holes).any()
+            if fresh
             else None
         )  # None: from a draft (also once a growing fill holds committed tokens); bounded, as every search
+        if found is None and fresh:  # the costly fillers of rare cuts, once, before the model's drafts
+            found = guard.first_witness(
+                plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
+            )
         first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)
         return dataclasses.replace(
             decoder,
-            completer=guard.Guard(self.keeps, found, plan.canvas.mask_id, self.text_around, fit, first=first),
+            completer=guard.Guard(self.keeps, found, plan.canvas.mask_id, self.text_around, every, first=first),
         )
 
     def keeps(self, tokens: torch.Tensor) -> int:

@@ -58,11 +58,13 @@ Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n)
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
 EASY = 2  # of them, what each proposal gets before any gets more: the witness, the draft (ours)
 SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
+RARE = 64  # judge calls for it with the costly fillers of rare cuts too, when those of FIRST found none (ours)
 FIRST = 128  # judge calls for the first witness from fillers, before decoding (ours: a hostile file costs at most this)
 ADOPT, RETRY = (
     64,
     8,
 )  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
+TOGETHER = 4  # judge calls per cut when admitting the proposals on one side of a cut together (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
 CACHE = 8192  # judged canvases remembered per decode
@@ -173,11 +175,59 @@ class Session:
         if found is not None:  # the whole proposal at once: one or two parses in the common case
             self.witness = found
             return pos.to(device), ids.to(device), scores.to(device)
-        out = self.one_by_one(tokens, logits, draft, pos, ids, scores)
-        return tuple(t.to(device) for t in out)  # type: ignore[return-value]
+        covered = self.together(tokens, draft, pos, ids)  # the proposals one witness holds, admitted at once
+        current = tokens.clone()
+        current[pos[covered]] = ids[covered]
+        rest = ~covered
+        out = self.one_by_one(current, logits, draft, pos[rest], ids[rest], scores[rest], fallback=not covered.any())
+        pos_, ids_, scores_ = (torch.cat([a[covered], b]) for a, b in zip((pos, ids, scores), out, strict=True))
+        order = scores_.argsort(descending=True, stable=True)
+        return pos_[order].to(device), ids_[order].to(device), scores_[order].to(device)
+
+    def together(self, tokens: Tensor, draft: Tensor, pos: Tensor, ids: Tensor) -> Tensor:
+        """(k,) bool: the proposals admitted together under one witness: those on the left of a cut (the draft up
+        to it; after it the witness, or fillers: `sweep`, a few checks), then of the rest those on the right of
+        another. A multi-token decoder's proposals are spread over the holes; where the draft breaks the file
+        after some of them, the ones before the break still agree with one witness, and one parse admits them
+        all instead of one parse each (and a wait for the many with no witness of their own)."""
+        taken = torch.zeros(len(pos), dtype=torch.bool)
+        if len(pos) < 2 or self.guard.around is None or self.guard.fit is None:
+            return taken
+        at = torch.arange(len(tokens))
+        for left in (True, False):  # the left side first, then the right side of what is left
+            rest = (~taken).nonzero().squeeze(-1)
+            if len(rest) < 2:
+                break
+            base = tokens.clone()
+            base[pos[taken]] = ids[taken]
+            free = base == self.guard.mask_id
+            here, n = pos[rest], len(rest)
+            ordered = here.sort().values
+            for count in dict.fromkeys((n, n - 1, (3 * n) // 4, n // 2, n // 4, 2)):
+                if count < 2 or self.spent >= self.guard.checks_per_call // 2:
+                    continue
+                cut = ordered[count - 1] if left else ordered[n - count]
+                side = (at <= cut) if left else (at >= cut)
+                take = (here <= cut) if left else (here >= cut)
+                fixed = torch.where(free & side, draft, base)
+                fixed[here[take]] = ids[rest][take]
+                kept = torch.where(fixed == self.guard.mask_id, self.witness, fixed)  # the witness beyond the cut
+                found = kept if self.passes(kept) else self.sweep(fixed, draft, TOGETHER)
+                if found is not None:
+                    self.witness = found
+                    taken[rest[take]] = True
+                    break
+        return taken
 
     def one_by_one(
-        self, tokens: Tensor, logits: Tensor, draft: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
+        self,
+        tokens: Tensor,
+        logits: Tensor,
+        draft: Tensor,
+        pos: Tensor,
+        ids: Tensor,
+        scores: Tensor,
+        fallback: bool = True,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Each proposal in turn, on top of those admitted before it: first every one with the cheap trials alone
         (the witness or the draft with it), so that one hard proposal cannot spend the call's checks that many
@@ -194,6 +244,8 @@ class Session:
             rank = self.first_passing(current, logits, draft, p, t, s, kept)
             self.stats.rejected += rank != 0
             self.stats.replaced += rank is not None and rank > 0
+        if not kept and not fallback:
+            return pos[:0], ids[:0], scores[:0]
         if not kept:  # nothing passes: the witness's own token where the model likes it best
             rows = logits[pos.to(logits.device)].float().cpu()  # (k, V)
             mine = (rows.gather(1, self.witness[pos].unsqueeze(1)).squeeze(1) - torch.logsumexp(rows, 1)).exp()  # (k,)
@@ -415,9 +467,10 @@ class Filler:
 class Fillers:
     """Fillers of an exact token count for a stretch of holes, given the text around it (cached)."""
 
-    def __init__(self, lang: str, tokenizer: Any, blank: int | None) -> None:
+    def __init__(self, lang: str, tokenizer: Any, blank: int | None, rare: bool = False) -> None:
         self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
         self.coder = Remembered(tokenizer)  # fillers' texts are the same few dozen call after call
+        self.rare = rare  # also the costly fillers for rare cuts (`fillers`): a second first search, every call's
         self.memo: dict[tuple[int, str, str, int, int], list[list[int]]] = {}
         self.escapes: dict[int, bool] = {}
 
@@ -434,7 +487,8 @@ class Fillers:
         key = (len(before), before[-CONTEXT:], after[:CONTEXT], len(after), n)  # a hole's text before it is
         found = self.memo.get(key)  # the plan's, up to what the decode wrote in it: its end and length tell it
         if found is None:
-            found = fits(fillers(self.lang, before, after, self.blank is not None), n, self.coder, self.blank)
+            made = fillers(self.lang, before, after, self.blank is not None, self.rare)
+            found = fits(made, n, self.coder, self.blank)
             if len(self.memo) < CACHE:
                 self.memo[key] = found
         return found
@@ -558,9 +612,12 @@ OPEN, CLOSE = "([{", ")]}"
 C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
 
 
-def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
+def fillers(lang: str, before: str, after: str, blank: bool, rare: bool = False) -> list[Filler]:
     """Fillers worth trying for a hole between `before` and `after`, most neutral first: each body as it
-    is, then with the brackets `after` closes opened before it and those `before` left open closed after it."""
+    is, then with the brackets `after` closes opened before it and those `before` left open closed after it.
+    `rare`: also those that cost a second replay of the lines around (a comment the code after starts inside
+    of, a head before the string it starts inside of): the first witness search tries them only when the
+    others found none; every call's search has them (they let more proposals be admitted together)."""
     inside = open_literal(before, lang)
     close, opens = balance(before + inside, after)  # brackets inside the open literal are its text
     out = [Filler("", "", "")] if blank else []
@@ -588,6 +645,107 @@ def fillers(lang: str, before: str, after: str, blank: bool) -> list[Filler]:
             out.append(Filler(opens + body.pre, body.unit, body.post + close, body.least))
     if blank:
         out += [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
+    if lang == "python" and inside != "\n":
+        out += python_more(before, after, inside, close, quote, rare)
+    if lang in C_LIKE:
+        out += c_more(lang, before, after, inside, close, opens, quote, rare)
+    return out
+
+
+WORDS = ("include", "define", "ifndef", "ifdef", "endif", "elif", "else", "if", "undef", "pragma", "error")
+AFTER_BLOCK = {"catch": "try {", "finally": "try {", "else": "if (x) {", "while": "do {"}  # `}` then this word
+
+
+def c_more(
+    lang: str, before: str, after: str, inside: str, close: str, opens: str, quote: str, rare: bool = False
+) -> list[Filler]:
+    """The C family's fillers for what the others miss (the attack classes' give-ups): the code after the hole
+    starting inside a block comment (any filler of the code after it, the comment opened at its end), a
+    directive whose word the hole cut (`#inc` | `lude`), a macro's line the hole must continue with a
+    backslash, a template literal's `${` to close, a block whose `}` is followed by `catch`/`else` (its head),
+    and a string the code after starts inside of within a call that the hole must open."""
+    out = []
+    line = before[before.rfind("\n") + 1 :]
+    end, start = after.find("*/", 0, CONTEXT), after.find("/*", 0, CONTEXT)
+    if rare and inside != "*/" and end >= 0 and (start < 0 or start > end):
+        out += [Filler(f.pre, f.unit, f.post + "/*", f.least) for f in fillers(lang, before, after[end + 2 :], False)]
+    if lang in ("c", "cpp") and inside in ("", "*/"):  # a directive's line the hole begins (a comment ended first)
+        lead = inside + ("\n" if inside or line.strip() else "")
+        for word in WORDS:
+            cut = next((k for k in range(1, len(word)) if re.match(re.escape(word[k:]) + r"\b", after)), None)
+            if cut is not None:
+                out.append(Filler(lead, " ", "#" + word[:cut]))
+        path = re.match(r"[\w./+-]*([>\"])", after)
+        if path:  # an `#include`'s path the hole cut
+            out.append(Filler(lead, " ", "#include " + ("<" if path.group(1) == ">" else '"') + "x"))
+        if not inside and (line.rstrip().endswith("\\") or before[: len(before) - len(line)].rstrip().endswith("\\")):
+            out += [Filler("", " ", "\\"), Filler(" x", " ", " \\")] if after.startswith("\n") else []
+        if after.split("\n", 1)[0].strip() and re.search(r"^[ \t]*#[ \t]*\w", after[:400], re.M):
+            out.append(Filler(lead, " ", "#define x"))  # a macro's name the hole cut, among other macros
+    if inside == "`":
+        template = before[before.rfind("`") + 1 :]
+        if template.rfind("${") > template.rfind("}"):  # inside a `${...}`: close it, then the literal
+            out += [Filler("", "x", "}`" + close), Filler("", "x", "}`"), Filler("", "x", "}`;")]
+    masked = STRINGS.sub("", after[:CONTEXT])
+    depth = 0
+    for i, ch in enumerate(masked):
+        depth += (ch in OPEN) - (ch in CLOSE)
+        if depth < 0:
+            if ch == "}":
+                word = re.match(r"\s*(\w+)", masked[i + 1 :])
+                head = AFTER_BLOCK.get(word.group(1)) if word else None
+                if head:
+                    out += [Filler(inside + close + head, " ", ""), Filler(inside + close + head + "/*", "x", "*/")]
+            break
+    if quote and not inside and opens:
+        out += [Filler(i, " ", "x" + opens + q) for i in (" ", "") for q in openers_of(quote, after, lang)[:1]]
+    if not inside and not line.strip() and re.match(r"[ \t]*\([^\n]*\)[ \t]*\{", after):  # `(x) {`: a head's
+        out += [Filler("", " ", "if"), Filler("", " ", "while")]
+    for stem in stems(after, C_WORDS):  # the hole ends in a word the code after goes on with
+        out += [Filler("", "x", inside + close + "\n" + stem)] if inside in ("`", "'", '"') else []
+        out += [Filler("", " ", stem)] if not inside and not line.strip() else []
+    return out
+
+
+C_WORDS = (
+    "const", "let", "var", "return", "if", "else", "for", "while", "function", "this", "await", "async", "try",
+    "catch", "throw", "new", "typeof", "static", "struct", "enum", "union", "unsigned", "int", "char", "void",
+)  # fmt: skip
+PY_WORDS = ("except", "return", "raise", "import", "from", "if", "elif", "else", "for", "while", "with", "def", "class")
+
+
+def stems(after: str, words: Sequence[str]) -> list[str]:
+    """The starts of a keyword whose rest begins `after` (`cons` for `t x = 1`), then `x` before a word's rest."""
+    found = [w[:k] for w in words for k in range(1, len(w)) if re.match(re.escape(w[k:]) + r"\b", after)]
+    return found[:2] + (["x"] if re.match(r"\w", after) else [])
+
+
+def python_more(before: str, after: str, inside: str, close: str, quote: str, rare: bool = False) -> list[Filler]:
+    """Python's fillers for what the others miss (the held-out suites' give-ups): a head before the docstring the
+    code after the hole starts inside of, a line in brackets at the indentation of the line above, a line the
+    code after goes on with a backslash, a head whose colon and line break the hole holds, and, where the
+    code after starts inside a comment, any filler of the code below that line with the comment opened at its
+    end (the escape rule admits that only where the user's own code is a comment there)."""
+    out = []
+    line = before[before.rfind("\n") + 1 :]
+    first, _, rest = after.partition("\n")
+    short = next((q for q in ('"', "'") if _odd(first, q)), "")  # a one-line string, where a docstring was read
+    for q in dict.fromkeys(q for q in (quote, short) if q and not inside):
+        out += [Filler(start, " ", end + q) for start, end in pyshape.bridges(before, q + after)] if rare else []
+        out += [Filler(" = " + q, "x", "")] if line.strip() else []
+    lead = _lead(next((x for x in reversed(before.split("\n")[:-1]) if x.strip()), ""))
+    if close and not inside and not line.strip() and lead.startswith(line):  # a new line inside brackets
+        out += [Filler(lead[len(line) :] + "x", "x", close), Filler(lead[len(line) :] + "x", "x", "")]
+    below = rest.split("\n", 1)[0]
+    if not first.strip() and below.strip() and not pyshape.parses(below.strip()):  # `\`: it goes on this line
+        out += [Filler(s, " ", e + " \\") for s, e in pyshape.bridges(before + inside, " " + rest.lstrip(" \t"))]
+    if line.strip() and first[:1] in (" ", "\t") and len(_lead(first)) > len(_lead(line)):  # the hole ends a head
+        out += [Filler("", "x", inside + close + ":\n"), Filler(" x", "x", inside + close + ":\n")]
+    for stem in stems(after, PY_WORDS) if not inside and not line.strip() else ():  # `  ex` | `cept x:`
+        out += [Filler(i, " ", stem) for i in indents(before, after)[:2]]
+    if rare and first.strip():  # the code after starts inside a comment
+        below_line = fillers("python", before, "\n" + rest, False)
+        out += [Filler(f.pre, f.unit, f.post + "  #", f.least) for f in below_line if not f.post.endswith("\\")]
     return out
 
 
@@ -763,7 +921,7 @@ def directives(before: str, after: str) -> list[Filler]:
         if depth < 0 or (depth == 0 and m.group(1) in ("else", "elif")):
             need = 1
             break
-    opened = sum((m.group(1).startswith("if")) - (m.group(1) == "endif") for m in DIRECTIVE.finditer(before[-CONTEXT:]))
+    opened = sum((m.group(1).startswith("if")) - (m.group(1) == "endif") for m in DIRECTIVE.finditer(before))
     head = "" if not line.strip() else "\n"
     if need:
         out.append(Filler(head + "#if x\n", " ", ""))

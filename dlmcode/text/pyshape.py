@@ -107,7 +107,7 @@ def lines(text: str) -> list[Line]:
 @dataclass
 class Block:
     head: str  # the indentation of its head line
-    kind: str  # try, except, tryelse, if, elif, for, while, or "" (any other head)
+    kind: str  # try, except, tryelse, if, elif, for, while, def, async, or "" (any other head)
     body: str | None = None  # the indentation of its body, once a body line is seen
 
 
@@ -189,7 +189,7 @@ def kind_of(word: str, prev: Block | None) -> str:
     """The kind of a new head, for what may follow it (`else` after `except` takes a `finally`)."""
     if word == "else" and prev is not None and prev.kind in ("except", "tryelse"):
         return "tryelse"
-    return word if word in NEXT else ""
+    return word if word in NEXT or word in ("def", "async") else ""
 
 
 def replay(found: list[Line], shape: Shape | None = None) -> Shape:
@@ -318,7 +318,7 @@ def parses(code: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def bridges(before: str, after: str, limit: int = 6) -> tuple[tuple[str, str], ...]:
+def bridges(before: str, after: str, limit: int = 8) -> tuple[tuple[str, str], ...]:
     """(start, end) pairs a hole between `before` and `after` may hold around its padding, shortest first:
     the rest of the cut line and the lines between (start), then the start of the line the hole ends in
     (end), such that the code after replays with no new error."""
@@ -416,7 +416,7 @@ def inline(before: str, after: str, quote: str = "") -> tuple[tuple[str, str], .
         return ()
     out = []
     lead = "x = " + openers if openers else ""
-    for start, end in INLINE:
+    for start, end in (QUOTED if quote else ()) + INLINE:
         if parses(lead + fragment + start + end + tail + _closers(openers)):
             out.append((start, end + quote))
             if len(out) >= 3:
@@ -446,6 +446,9 @@ INLINE = (  # expression pieces a hole inside brackets may hold around its paddi
     ("[x", ""),
     ("x[x", ""),
 )
+
+
+QUOTED = ((":", ""), (",", ""), (" +", ""))  # first when the code after starts inside a string: a dict's key cut
 
 
 def _item(masked: str) -> tuple[str, str] | None:
@@ -534,8 +537,9 @@ def _planned(shape: Shape, step: str) -> list[tuple[list[str], Shape]]:
 def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
     """Candidate lines: a body for a waiting head, an `except` for open `try`s, then heads down to a depth."""
     yield []  # nothing: the code after the hole fits as it is (it may be the body a head waits for)
+    in_def = any(b.kind in ("def", "async") for b in shape.blocks)
     if shape.waiting:  # heads that are themselves the body the last head waits for
-        yield from _chains([], shape.blocks[-1].head + step, step)
+        yield from _chains([], shape.blocks[-1].head + step, step, in_def)
         body = [shape.blocks[-1].head + step + "pass"]
         yield body
     else:
@@ -551,14 +555,17 @@ def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
         if closes:
             yield body + closes
             yield body + closes[:-1]  # the last `except` heads the lines below
-        yield from _chains(body + closes, level, step)
+            yield from _chains(body + closes[:-1], level + step, step, in_def)  # ... or heads of its own body do
+        yield from _chains(body + closes, level, step, in_def)
 
 
-def _chains(lines_: list[str], level: str, step: str) -> Iterator[list[str]]:
-    """`lines_` then heads nested from `level` down to a depth, the deepest an `if` or a `try`, the outermost a
-    `def` too (the code below may `return`), each with and without a body of its own."""
+def _chains(lines_: list[str], level: str, step: str, in_def: bool = True) -> Iterator[list[str]]:
+    """`lines_` then heads nested from `level` down to a depth, the deepest an `if`, a `while` (the code below may
+    `break`) or a `try`, the outermost a `def` too (it may `return`: first when no `def` is open, `in_def`), each
+    with and without a body of its own."""
     for depth in range(1, 4):
-        for first, last in (("if x:", "if x:"), ("if x:", "try:"), ("def x():", "if x:"), ("if x:", "while x:")):
+        pairs = (("if x:", "if x:"), ("if x:", "while x:"), ("if x:", "try:"), ("def x():", "if x:"))
+        for first, last in pairs if in_def else pairs[-1:] + pairs[:-1]:  # outside a def, the code below may return
             heads = [first if n == 0 else "if x:" for n in range(depth)]
             heads[-1] = last if depth > 1 or first != "def x():" else first
             chain = [level + step * n + head for n, head in enumerate(heads)]

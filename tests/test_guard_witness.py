@@ -1,0 +1,143 @@
+"""The guard's first witness for the cuts where it used to give up (issue 26's held-out suites and attack classes):
+before the first model call, fillers give every hole a filling that the judge passes and that leaves the user's
+code after the hole as it is (no comment escape). Each case is a cut from a real file of the held-out suites or
+the attack classes (standard library, Linux headers, node-gyp), shortened; without a first witness the decode runs
+unguarded until some call's draft passes, and gives up when none does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dlmcode import models
+from dlmcode.jobs import fill, wiring
+from dlmcode.text import spans, syntax
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return models.load()
+
+
+def witness_text(dlm, prompt: str, canonical: str, suffix: str, lang: str) -> str | None:
+    """The file with the first witness in the hole (the hole as long as the user's text there), or None."""
+    n = max(1, len(dlm.tokenizer.encode(canonical)))
+    plan = spans.plan_infill(f"{prompt}⟦fill:{n}⟧{suffix}", dlm.vocab, None, None)
+    decoder = wiring.make_decoder("low-confidence", {"guard": "true"}, None)
+    job = wiring.wired(fill.Job(plan, dlm, decoder, 0, lang, originals=(canonical,)))
+    found = job.decoder.completer.witness
+    if found is None:
+        return None
+    canvas = dataclasses.replace(plan.canvas, tokens=found)
+    return spans.splice(plan, canvas, dlm.tokenizer, drop_ids=dlm.special_ids).text
+
+
+PYTHON = [
+    (  # site.py: an `else:` body, the `except` of the outer `try`, an `if` whose body and `else` come after
+        "def f():\n    try:\n        try:\n            import sitecustomize\n        except ImportError as exc:\n"
+        "            if exc.name == 'sitecustomize':\n                pass\n            else:\n",
+        "                raise\n    except Exception as err:\n        if sys.flags.verbose:",
+        "\n            sys.excepthook(*sys.exc_info())\n        else:\n            sys.stderr.write('x')\n\n\n"
+        "def g():\n    pass\n",
+    ),
+    (  # difflib.py: a loop head for the lines below, which `break`
+        "def f(lines):\n    lines = []\n",
+        "    num = 0\n    while True:\n        # Load up next 4 lines so we can look ahead, create strings which",
+        "\n        # are a concatenation\n        while len(lines) < 4:\n            lines.append(1)\n"
+        "        if lines:\n            break\n        num += 1\n",
+    ),
+    (  # enum.py: the last operand of a bracketed expression, on its own line at the lines' indentation
+        "def f(obj):\n    return (\n            hasattr(obj, '__get__') or\n            hasattr(obj, '__set__') or\n",
+        "            hasattr(obj, '__delete__')\n            )\n",
+        "\ndef g(name):\n    return name\n",
+    ),
+    (  # enum.py: a method's head, then the docstring the code after the hole is inside of
+        "class E:\n    def a(self):\n        return 1\n\n",
+        '    def b(self, x):\n        """\n        Returns b.\n',
+        '\n        x: the thing\n        """\n        return x\n',
+    ),
+    (  # imaplib.py: a head whose line the next one goes on with a backslash
+        "def f(self, typ):\n    if typ:\n        pass\n",
+        "    if 'READ-ONLY' in self.untagged_responses \\",
+        "\n        and not self.is_readonly:\n        raise ValueError('x')\n    return 1\n",
+    ),
+    (  # encodings/cp857.py: the code after the hole starts inside a comment the hole must open
+        "decoding_table = (\n    '\\x0d'     #  0x000d -> CARRIAGE RETURN\n    '\\x0e",
+        "'     #  0x000e -> SHIFT O",
+        "UT\n    '\\x0f'     #  0x000f -> SHIFT IN\n)\n",
+    ),
+    (  # locale.py: a head whose colon and line break the hole holds
+        "def format_string(f, val, grouping=",
+        "False, monetary=False):\n",
+        '    """Formats a string."""\n    return f % val\n',
+    ),
+    (  # the indent attack: a cut in a keyword (`ex` | `cept`)
+        "try:\n    x = 1\n",
+        "ex",
+        "cept ValueError:\n    x = 2\n",
+    ),
+    (  # locale.py: a dict's key cut, its value a string the code after the hole is inside of
+        "aliases = {\n    'koi8c':       'KOI8-C',\n    'micro",
+        "softcp1251':  'CP1",
+        "251',\n    'other':       'x',\n}\n",
+    ),
+    (  # locale.py: a `try:` line between two `except` clauses' `try` statements (the window bug)
+        "try:\n    from _locale import getencoding\nexcept ImportError:\n    def getencoding():\n"
+        "        return 'utf-8'\n\n",
+        "try:",
+        "\n    CODESET\nexcept NameError:\n    def f():\n        return 1\nelse:\n    def f():\n        return 2\n",
+    ),
+]
+
+C_FAMILY = [
+    (  # a header's `#endif` cut inside its comment: the code after starts inside the comment
+        "c",
+        "#ifndef _X_H\n#define _X_H\nstruct s {\n\tunsigned int op;\n};\n",
+        "\n#endif /* ",
+        "_X_H */\n",
+    ),
+    ("c", "#ifndef _X_H\n#define _X_H\n", "\n#inc", "lude <linux/types.h>\n\nenum { A, B };\n\n#endif\n"),
+    ("c", "#ifndef _X_H\n#define _X_H\n", "\n#include <linux/ty", "pes.h>\n\nenum { A, B };\n\n#endif\n"),
+    (  # a macro's line the hole must continue with a backslash
+        "c",
+        "#define MASK \\\n\t(A | \\\n",
+        "\t B | \\",
+        "\n\t C)\n\nstruct s {\n\tint x;\n};\n",
+    ),
+    (  # a block whose `}` is followed by `catch`: the hole holds the `try {`
+        "javascript",
+        "async function f () {\n  let v = []\n ",
+        " try {",
+        "\n    v = 1\n  } catch (err) {\n    v = 2\n  }\n  return v\n}\n",
+    ),
+    ("javascript", "function f (c) {\n  for (const x of c) {\n  ", "  le", "t fd = x\n    fd += 1\n  }\n}\n"),
+    (
+        "javascript",
+        "async function f (win) {\n  const x = 1\n ",
+        "   if",
+        " (win) {\n    process.env.X = x\n  }\n  return x\n}\n",
+    ),
+    (  # a template literal's `${` that the hole must close
+        "javascript",
+        "function f (dir) {\n  process.env.PATH = `${buildBinsDi",
+        "}`\n ",
+        "   return dir\n}\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("prompt, canonical, suffix", PYTHON)
+def test_python_cuts_get_a_first_witness_that_compiles(prompt, canonical, suffix, shipped):
+    text = witness_text(shipped, prompt, canonical, suffix, "python")
+    assert text is not None, "no first witness"
+    assert text.startswith(prompt) and text.endswith(suffix)
+    compile(text, "<witness>", "exec")  # the whole file, not only the judge's window
+
+
+@pytest.mark.parametrize("lang, prompt, canonical, suffix", C_FAMILY)
+def test_c_family_cuts_get_a_first_witness_that_parses(lang, prompt, canonical, suffix, shipped):
+    text = witness_text(shipped, prompt, canonical, suffix, lang)
+    assert text is not None, "no first witness"
+    assert text.startswith(prompt) and text.endswith(suffix)
+    assert syntax.check(text, lang).ok, syntax.check(text, lang).problems
