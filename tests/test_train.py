@@ -497,3 +497,28 @@ def test_an_expand_run_grows_the_vocabulary_by_one_from_its_init(mini_stdlib, tm
     assert dlm.tokenizer.tok.token_to_id("[EXPAND]") == 384 and dlm.tokenizer.encode("[EXPAND]") != [384]
     plain = builtin.load(src, torch.device("cpu"), torch.float32)
     assert plain.expand_id is None and plain.delete_id is None
+
+
+def test_end_rows_only_moves_the_expand_and_pad_rows_and_nothing_else(mini_stdlib, tmp_path):
+    """end_rows_only=true: after three steps at a high lr, every weight but the tied [EXPAND] (384) and
+    [PAD] (0) rows is its init's bit for bit, those two rows moved, so the logits of every other token
+    are the init's exactly (a hole of given length, which bans both, decodes as init does)."""
+    list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=2)))
+    src = tmp_path / "a" / "best"
+    (tmp_path / "b").mkdir()
+    shutil.copy(tmp_path / "a" / "tokenizer.json", tmp_path / "b" / "tokenizer.json")
+    cfg = micro(mini_stdlib, tmp_path / "b", max_steps=3, warmup_steps=1, lr=1e-2, expand=True, init=str(src))
+    list(T.train(replace(cfg, end_rows_only=True)))
+    before = builtin.load_model(src, torch.device("cpu"), torch.float32)
+    after = builtin.load_model(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
+    for key, value in before.state_dict().items():
+        if key != "embed.weight":
+            assert torch.equal(after.state_dict()[key], value), key
+    assert torch.equal(after.embed.weight[1:384], before.embed.weight[1:])
+    assert not torch.equal(after.embed.weight[0], before.embed.weight[0])
+    assert not torch.allclose(after.embed.weight[384], before.embed.weight.mean(0))
+    ids = torch.tensor([[2, 40, 41, 1, 1, 1, 42, 43, 3]])
+    with torch.no_grad():
+        old, new = before.logits(before.hidden(ids)), after.logits(after.hidden(ids))
+    assert torch.equal(new[..., 1:384], old[..., 1:])
+    assert not torch.equal(new[..., 0], old[..., 0])

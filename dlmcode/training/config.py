@@ -56,6 +56,7 @@ class TrainConfig:
     max_deletes: int = 64  # with expand: most [PAD] (delete) targets after a middle (drawn from 0..max_deletes-1)
     max_middle_lines: int = 10  # with expand: most whole lines in a middle
     expand_lr_mult: float = 1.0  # with expand: [EXPAND]'s embedding row takes this many times the optimizer's step
+    end_rows_only: bool = False  # with expand: train only the tied [EXPAND] and [PAD] rows; the rest stays init's
     init: str = (
         ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
     )

@@ -75,15 +75,18 @@ from .data import (
     stream_of,
 )
 from .progress import LogWindow, appended
+from .rows import end_rows, faster_expand_row, only_end_rows
 
 # ---------------------------------------------------------------- loss, schedule
 
 
-def loss_fn(model: DlmcodeDiffusionLM, inp, tgt, msk, bucket: int = 256):
+def loss_fn(model: DlmcodeDiffusionLM, inp, tgt, msk, bucket: int = 256, frozen_body: bool = False):
     """Mean CE over each sequence's masked tokens, averaged over sequences. The head runs only
     on masked rows, padded to a multiple of `bucket` so matmul shapes come from a small set
-    (the trial saw RSS grow 1.5 -> 5.2 GB with free shapes)."""
-    h = model.hidden(inp)  # (B, L, D)
+    (the trial saw RSS grow 1.5 -> 5.2 GB with free shapes). With `frozen_body` the layers run
+    without a graph: only the tied head's rows get a gradient (end_rows_only)."""
+    with torch.no_grad() if frozen_body else contextlib.nullcontext():
+        h = model.hidden(inp)  # (B, L, D)
     rows = msk.flatten().nonzero().squeeze(1)  # (M,)
     w = (1.0 / msk.sum(1, keepdim=True).clamp(min=1) / msk.shape[0]).expand_as(msk).flatten()[rows]
     pad = (-len(rows)) % bucket
@@ -266,12 +269,13 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
                 g["lr"] = lr
             inp, tgt, msk = (x.to(device, non_blocking=True) for x in next(data))
             with autocast():
-                loss = loss_fn(model, inp, tgt, msk)
+                loss = loss_fn(model, inp, tgt, msk, frozen_body=end_rows(cfg))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            with faster_expand_row(model, cfg):
-                opt.step()
+            with only_end_rows(model, cfg):
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                with faster_expand_row(model, cfg):
+                    opt.step()
             state["step"] += 1
             state["elapsed"] += time.perf_counter() - t0
             state["tokens"] += inp.numel()
@@ -287,23 +291,6 @@ def loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out:
                 window.restart()  # the checkpoint's time is not training throughput
     yield checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, False)
     yield {"event": "done", **state}
-
-
-@contextlib.contextmanager
-def faster_expand_row(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> Iterator[None]:
-    """Scale the optimizer's step on [EXPAND]'s embedding row by `expand_lr_mult`. Continuing a trained
-    model, the lr is kept low so its weights move little, but the new row starts from the mean
-    embedding and must travel far: AdamW's step is about lr a coordinate whatever the gradient's size,
-    so the row gets mult x that step (its moments stay the optimizer's own; embeddings have no decay)."""
-    mult = cfg.expand_lr_mult if cfg.expand else 1.0
-    if mult == 1.0:
-        yield
-        return
-    row = model.embed.weight[expand_id(cfg)]
-    before = row.detach().clone()
-    yield
-    with torch.no_grad():
-        row.copy_(before + mult * (row - before))
 
 
 def running(cfg: TrainConfig, state: dict, budget: float) -> bool:
