@@ -247,3 +247,14 @@ def test_the_guard_finds_a_witness_for_a_try_line_between_two_excepts(shipped):
     result = job.run()
     assert result.guard is not None and not job.notes
     assert not syntax.breakage(TWO_TRIES, result.text, "python").broken
+
+
+def test_the_future_imports_read_once_are_those_above_each_line():
+    text = "from __future__ import annotations\n'''doc'''\nfrom __future__ import division  # x\nimport os\n" * 3
+    lines = judge.Lines(text)
+    for start in lines.starts[:-1]:  # every line start, as a window's
+        fresh = "".join(m.group() + "\n" for m in judge.FUTURE.finditer(text, 0, start))
+        assert judge.future_head(lines, start) == fresh, start
+    assert judge.future_head(lines, lines.starts[3]) == (
+        "from __future__ import annotations\nfrom __future__ import division  # x\n"
+    )

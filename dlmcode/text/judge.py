@@ -26,6 +26,7 @@ window; in the file, the user's statements below would be read as its inside.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 import time
@@ -180,6 +181,11 @@ class Lines:
         strings = [m.span() for m in PY_LITERALS.finditer(text) if "\n" in m.group()]
         self.string_starts, self.string_ends = [a for a, _ in strings], [b for _, b in strings]
 
+    @functools.cached_property
+    def futures(self) -> list[re.Match[str]]:
+        """The file's `__future__` import lines (read once: every candidate window asks)."""
+        return list(FUTURE.finditer(self.text))
+
     def line_of(self, offset: int) -> int:
         return bisect.bisect_right(self.starts, offset) - 1
 
@@ -273,7 +279,7 @@ def window_at(
         top = next((i for i in range(top - 1, -1, -1) if lines.statement(i) and lines.indent(i) <= depth), None)
     if top is None or lines.indent(top) != depth:
         return None
-    futures = [m.start() for m in FUTURE.finditer(lines.text)]
+    futures = [m.start() for m in lines.futures]
     if futures and lines.starts[top] <= futures[-1]:  # the file's head, where __future__ imports must come first
         top, last = 0, max(last, lines.line_of(futures[-1]))
     while True:  # its decorators
@@ -294,7 +300,7 @@ def window_at(
     start = lines.starts[top]
     stop = lines.starts[below] if below is not None else len(lines.text)
     tail = lines.lead(below) + "pass\n" if below is not None else ""
-    head = future_head(lines.text, start)
+    head = future_head(lines, start)
     if head is None:
         return None
     head += "".join(lines.lead(h) + WRAP for h in classes)
@@ -303,10 +309,10 @@ def window_at(
     return start, stop, head, tail, depth
 
 
-def future_head(text: str, start: int) -> str | None:
-    """The file's `__future__` imports above `start`, each on its line (they change what compiles); None when one
-    spans lines."""
-    found = [m.group() for m in FUTURE.finditer(text, 0, start)] if start > 0 else []
+def future_head(lines: Lines, start: int) -> str | None:
+    """The file's `__future__` imports above `start` (a line's start), each on its line (they change what
+    compiles); None when one spans lines."""
+    found = [m.group() for m in lines.futures if m.end() <= start]
     if any("(" in f and ")" not in f for f in found):
         return None
     return "".join(f + "\n" for f in found)
