@@ -2,7 +2,7 @@
 
     python -m benchmarks.serve_load --clients 1,2,4,8 --requests 20 --batch 1,4 [--url http://127.0.0.1:8012]
 
-Without --url it starts one `dlmcode serve` (built-in model, or --model) per --batch value
+Without --url it starts one `dlmcode serve` (built-in model, or each --model) per --batch value
 in subprocesses on free 127.0.0.1 ports, and stops them at the end; the levels alternate
 between them (level 1 on each, then level 2 on each, ...), so that batched and one-at-a-time
 are measured side by side, under the same noise. Each request is llama.vim's /infill body
@@ -174,15 +174,15 @@ class Started:
 
     decoder: str
     options: list[str]
-    model: str | None
     cache: str | None
     threads: int | None
 
-    def start(self, batch: int) -> tuple[subprocess.Popen, str]:
-        """One `dlmcode serve --batch batch` on a free port, once it listens (its address line says so)."""
+    def start(self, batch: int, model: str | None = None) -> tuple[subprocess.Popen, str]:
+        """One `dlmcode serve --batch batch [--model model]` on a free port, once it listens (its address line
+        says so)."""
         port = free_port()
         cmd = [sys.executable, "-m", "dlmcode", "serve", "--port", str(port), "-d", self.decoder, "--batch", str(batch)]
-        cmd += [x for o in self.options for x in ("-o", o)] + (["--model", self.model] if self.model else [])
+        cmd += [x for o in self.options for x in ("-o", o)] + (["--model", model] if model else [])
         cmd += ["--cache", self.cache] if self.cache else []
         env = {**os.environ, "HF_HUB_OFFLINE": "1"} | ({"DLMCODE_THREADS": str(self.threads)} if self.threads else {})
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -203,7 +203,10 @@ def command(
     streamed: Annotated[int, typer.Option(help="streamed multi-line requests per server (0: none)")] = 10,
     url: Annotated[str | None, typer.Option(help="a running server; default: start one per --batch")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="DLMCODE_API_KEY")] = None,
-    model: Annotated[str | None, typer.Option()] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(help="model folder (repeatable: one server per model and --batch, measured side by side)"),
+    ] = None,
     decoder: Annotated[str, typer.Option("--decoder", "-d")] = "low-confidence",
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="key=value (repeatable)")] = None,
     threads: Annotated[int | None, typer.Option(help="the started servers' CPU threads (DLMCODE_THREADS)")] = None,
@@ -215,7 +218,8 @@ def command(
     options = option or []
     levels = [int(n) for n in clients.split(",") if n.strip()]
     batches = [int(n) for n in batch.split(",") if n.strip()]
-    started = Started(decoder, options, model, cache, threads)
+    started = Started(decoder, options, cache, threads)
+    models = model or [None]
     pool = bodies(tasks)
     servers: dict[str, tuple[subprocess.Popen | None, str]] = {}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -224,8 +228,9 @@ def command(
     try:
         if url:
             servers["url"] = (None, url)
-        for b in [] if url else batches:
-            servers[f"batch {b}"] = started.start(b)
+        for m in [] if url else models:
+            for b in batches:
+                servers[f"batch {b}" if len(models) == 1 else f"{m or 'built-in'} batch {b}"] = started.start(b, m)
         for _, address in servers.values():
             level(address, 1, warmup, pool, headers)
         for n in levels:
