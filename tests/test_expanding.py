@@ -222,3 +222,24 @@ def test_the_live_view_follows_a_growing_fill():
     texts = [view.render(step).plain for step in job.steps()]
     assert "0123456789" in texts[-1] and "filled 10/10" in texts[-1]
     assert "expanded 6, deleted 0" in summary(fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm).run())
+
+
+def test_limits_add_the_rules_constants_where_expand_and_delete_are_allowed():
+    tokens = expanding.Tokens(expand=3, delete=0)
+    expand = torch.tensor([True, False, True])
+    delete = torch.tensor([True, True, False])
+    limits = expanding.Limits(tokens, expand, delete, expand_bias=2.5, delete_bias=-1.0)
+    out = limits(torch.zeros(3, 4))
+    inf = float("-inf")
+    assert out.tolist() == [[-1.0, 0.0, 0.0, 2.5], [-1.0, 0.0, 0.0, inf], [inf, 0.0, 0.0, 2.5]]
+    assert limits.select(torch.tensor([2])).expand_bias == 2.5  # the rows a call computes keep the constants
+    assert expanding.Limits(tokens, expand, delete)(torch.zeros(3, 4))[0].tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_a_familys_rule_sets_the_start_and_other_families_keep_dreamons(monkeypatch):
+    dlm, predict = knowing("ab", "cd", "x")
+    assert fill.grows(dlm, [0], 64).rule == expanding.PUBLISHED == expanding.Rule(4, 0.0, 0.0)
+    monkeypatch.setitem(expanding.RULES, dlm.family, expanding.Rule(start=8))
+    result = fill.prepare_infill("ab⟦fill⟧cd", dlm=dlm).run()
+    assert result.text == "abxcd" and result.sized == (1,) and result.deleted == 7  # 8 holes, then one delete
+    assert fill.prepare_middle("ab", "cd", 6, dlm=dlm, unknown=True).plan.canvas.n_holes == 6  # the ceiling caps it

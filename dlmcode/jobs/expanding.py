@@ -39,6 +39,25 @@ BUDGET = 64  # most positions a fill of unknown length may reach (a ⟦fill⟧ m
 
 
 @dataclass(frozen=True)
+class Rule:
+    """How a family's fills of unknown length start and lean: the holes a fill starts from, and constants added
+    to the expand and delete logits where they may be proposed (a calibration, as the probe's bias is:
+    jobs/sizing.py; chosen on tasks no reported benchmark uses, docs/length.md)."""
+
+    start: int = START
+    expand_bias: float = 0.0
+    delete_bias: float = 0.0
+
+
+PUBLISHED = Rule()  # DreamOn's decode as published: 4 holes (its min_gen_len), the logits as they are
+RULES: dict[str, Rule] = {}  # a family's own rule, where one was calibrated
+
+
+def rule_for(family: str) -> Rule:
+    return RULES.get(family, PUBLISHED)
+
+
+@dataclass(frozen=True)
 class Tokens:
     """The model's two states of a variable hole (Dlm.expand_id, Dlm.delete_id)."""
 
@@ -54,6 +73,7 @@ class Growth:
     variable: tuple[int, ...]  # hole indices (plan.holes) whose length nobody gave
     budget: int  # most positions one such fill may reach
     context: int  # the canvas never grows past it
+    rule: Rule = PUBLISHED  # the holes a fill starts from, and the expand and delete logits' constants
     expanded: list[int] = field(default_factory=list)  # expansions so far, per variable hole
     deleted: list[int] = field(default_factory=list)  # positions deleted so far, per variable hole
 
@@ -74,7 +94,7 @@ class Growth:
 
     def processor(self, plan: spans.Plan) -> Limits:
         expand, delete = self.mask(plan)
-        return Limits(self.tokens, expand, delete)
+        return Limits(self.tokens, expand, delete, self.rule.expand_bias, self.rule.delete_bias)
 
     def touched(self, step: Step) -> bool:
         """Whether the Step committed an expand or a delete."""
@@ -98,13 +118,20 @@ class Limits:
     tokens: Tokens
     expand: Tensor  # (L,) bool
     delete: Tensor  # (L,) bool
+    expand_bias: float = 0.0  # added to the expand logit where it is allowed (Rule)
+    delete_bias: float = 0.0  # added to the delete logit where it is allowed
     name: str = "expand and delete within the budget"
 
     def __call__(self, logits: Tensor) -> Tensor:
         out = logits.clone()  # (L, V)
         device = out.device
-        out[~self.expand.to(device), self.tokens.expand] = float("-inf")
-        out[~self.delete.to(device), self.tokens.delete] = float("-inf")
+        expand, delete = self.expand.to(device), self.delete.to(device)
+        if self.expand_bias:
+            out[expand, self.tokens.expand] += self.expand_bias
+        if self.delete_bias:
+            out[delete, self.tokens.delete] += self.delete_bias
+        out[~expand, self.tokens.expand] = float("-inf")
+        out[~delete, self.tokens.delete] = float("-inf")
         return out
 
     def select(self, rows: Tensor) -> Limits:

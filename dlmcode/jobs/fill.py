@@ -120,11 +120,12 @@ def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSett
         return wired(Job(plan, model, built, run.seed, run.lang, processors=exact_length(model)))
     if growing(dlm):  # the model decides each length inside the decode: start small
         budget = auto_length(source, span, model.tokenizer, expanding.BUDGET)
-        if span is not None:
-            plan = spans.plan_infill(source, model.vocab, span, min(expanding.START, budget))
-        else:
-            plan = spans.plan_infill(source, model.vocab, span, None, bare=[expanding.START] * len(unknown))
         growth = grows(model, unknown, budget)
+        start = min(growth.rule.start, budget)
+        if span is not None:
+            plan = spans.plan_infill(source, model.vocab, span, start)
+        else:
+            plan = spans.plan_infill(source, model.vocab, span, None, bare=[start] * len(unknown))
         return wired(Job(plan, model, built, run.seed, run.lang, processors=growth_bans(model), growth=growth))
     room = auto_length(source, span, model.tokenizer, sizing.rule_for(dlm.family).room)
     if span is not None:  # --span with --length auto: the span's one hole
@@ -143,9 +144,10 @@ def growing(dlm: Dlm) -> bool:
 
 
 def grows(dlm: Dlm, variable: list[int], budget: int) -> expanding.Growth:
-    """The growth of a job whose holes `variable` have no given length: each may reach `budget` positions."""
+    """The growth of a job whose holes `variable` have no given length: each may reach `budget` positions, from
+    the family's start (expanding.rule_for)."""
     tokens = expanding.Tokens(dlm.expand_id, dlm.delete_id)
-    return expanding.Growth(tokens, tuple(variable), budget, dlm.context)
+    return expanding.Growth(tokens, tuple(variable), budget, dlm.context, expanding.rule_for(dlm.family))
 
 
 def unknown_holes(source: str, span: tuple[int, int] | None, length: int | str | None) -> list[int]:
@@ -217,7 +219,8 @@ def generate_job(
     elif run.length == AUTO:
         ends = tuple(i for i in (model.eos_id, model.eot_id) if i is not None)
         sized = probed(dlm, plan_for(room), [0], ends)
-    plan, cut = whole_blocks(plan_for, expanding.START if growth else sized.lengths[0] if sized else run.length, model)
+    holes = growth.rule.start if growth else sized.lengths[0] if sized else run.length
+    plan, cut = whole_blocks(plan_for, holes, model)
     plan = dataclasses.replace(plan, canvas=dataclasses.replace(plan.canvas, late_ids=eos.late_ids(model)))
     processors = eos.processors(model)
     processors += growth_bans(model) if growth else ()
@@ -310,7 +313,7 @@ def prepare_middle(
     plan_for = functools.partial(spans.plan_middle, prefix, suffix, model.vocab)
     if unknown and growing(raw):  # the model decides the length inside the decode, up to the ceiling
         growth = grows(model, [0], length)
-        plan = plan_for(min(expanding.START, length))
+        plan = plan_for(min(growth.rule.start, length))
         return wired(Job(plan, model, built, seed, lang, processors=growth_bans(model), growth=growth, client=client))
     if unknown:
         sized = probed(raw, plan_for(min(length, sizing.rule_for(raw.family).room)), [0], end_ids or None)
