@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from dlmcode.text import guard, pyshape
+from dlmcode.text import guard, literals, pyahead, pylines, pyshape
 
 DATA = Path(__file__).parent / "data" / "guard"
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -56,7 +56,7 @@ def test_bridges_remembered_across_cuts_are_the_bridges_of_a_fresh_replay():
 
 def test_a_replay_remembered_for_one_shape_is_not_read_for_another():
     after = pyshape.lines("    x = 1\nelse:\n    y = 2\n")
-    ahead = pyshape._ahead(tuple(after))
+    ahead = pyahead._ahead(tuple(after))
     inside_if = pyshape.replay(pyshape.lines("if a:\n    b = 1\n"))
     plain = pyshape.replay(pyshape.lines("b = 1\n"))
     assert ahead.clean(inside_if, True, inside_if.errors)  # `else` after an `if`: no new error
@@ -230,7 +230,7 @@ def test_a_scan_resumed_from_a_remembered_prefix_finds_what_a_fresh_scan_finds()
         (guard.LEXED["c"], (), 0),
     ]
     for pattern, openers, group in patterns:
-        scan = scans.Prefixes(pattern, openers, guard._push, (), group)
+        scan = scans.Prefixes(pattern, openers, literals._push, (), group)
         for _ in range(150):
             base = rnd.choice(texts)
             at = rnd.randrange(len(base) + 1)
@@ -258,7 +258,7 @@ def test_a_scan_joined_to_a_remembered_suffix_finds_what_a_fresh_scan_finds():
 
     rnd = random.Random(12)
     texts = sources()
-    scan = scans.Suffixes(guard.STRINGS, guard._pull, (), head=64)
+    scan = scans.Suffixes(guard.STRINGS, literals._pull, (), head=64)
     for _ in range(300):
         base = rnd.choice(texts)
         at = rnd.randrange(len(base) + 1)
@@ -276,8 +276,8 @@ def test_the_guard_s_literal_and_bracket_reads_answer_as_a_fresh_read_of_the_who
     for _ in range(200):
         base = rnd.choice(sources())
         before, after = edited_end(rnd, base), edited_start(rnd, base)
-        assert guard._open_stack(before) == brackets_open(before)
-        assert guard._unopened(after) == brackets_unopened(after)
+        assert literals._open_stack(before) == brackets_open(before)
+        assert literals._unopened(after) == brackets_unopened(after)
         for lang in ("python", "c"):
             last = ([None, *guard.LEXED[lang].finditer(before)])[-1]
             fresh = "" if last is None or last.end() != len(before) else last.group()
@@ -288,7 +288,7 @@ def test_the_guard_s_literal_and_bracket_reads_answer_as_a_fresh_read_of_the_who
 def test_a_string_continued_by_an_escaped_line_break_is_read_again_when_its_closer_comes():
     from dlmcode.text import scans
 
-    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), guard._push, ())
+    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), literals._push, ())
     for text in ("a = ('x\\\nb", "a = ('x\\\nb')", "a = ('x\\\nb)"):  # the quote's attempt reads past the line break
         assert scan.scan(text).spans == [m.span() for m in guard.STRINGS.finditer(text)], text
         assert list(scan.scan(text).state) == brackets_open(text), text
@@ -307,8 +307,8 @@ def test_a_window_read_on_from_a_remembered_prefix_reads_as_a_fresh_read():
             assert read.last == (found[-1] if found else None), window[-60:]
             assert read.shape.key() == pyshape.replay(found[:-1]).key()
             assert read.shape.errors == pyshape.replay(found[:-1]).errors
-            assert read.chars == pyshape._depth(pyshape.mask(window))
-            assert read.item() == pyshape._item(pyshape.mask(window))
+            assert read.chars == pylines._depth(pyshape.mask(window))
+            assert read.item() == pylines._item(pyshape.mask(window))
 
 
 def test_a_remembered_tokenizer_answers_as_the_tokenizer_and_asks_it_once_per_text():
@@ -338,20 +338,20 @@ def test_each_thread_remembers_its_own_replays_and_scans():
     from dlmcode.text import scans
 
     rest = tuple(pyshape.lines("    x = 1\nelse:\n    y = 2\n"))
-    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), guard._push, ())
-    mine = pyshape._ahead(rest)
+    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), literals._push, ())
+    mine = pyahead._ahead(rest)
     scan.scan("a = (1,\nb = 2\n")
     seen = {}
 
     def other() -> None:
-        seen["ahead"] = pyshape._ahead(rest)
+        seen["ahead"] = pyahead._ahead(rest)
         seen["entries"] = list(scan.entries)
         seen["found"] = scan.scan("a = (1,\nb = 2\n").state
 
     worker = threading.Thread(target=other)
     worker.start()
     worker.join()
-    assert pyshape._ahead(rest) is mine and seen["ahead"] is not mine
+    assert pyahead._ahead(rest) is mine and seen["ahead"] is not mine
     assert scan.entries and seen["entries"] == []
     assert seen["found"] == scan.scan("a = (1,\nb = 2\n").state == ("(",)
 
@@ -367,7 +367,7 @@ def test_the_plans_remembered_for_a_shape_are_those_of_a_fresh_one():
             shapes.append(pyshape.replay(found[start : rnd.randrange(start, len(found) + 1)]))
     for shape in shapes:  # remembered from the other shapes before it, then fresh
         step = shape.step()
-        kept = [(planned, now.key(), now.errors - shape.errors) for planned, now in pyshape._planned(shape, step)]
+        kept = [(planned, now.key(), now.errors - shape.errors) for planned, now in pyahead._planned(shape, step)]
         pyshape.forget()
-        fresh = [(planned, now.key(), now.errors - shape.errors) for planned, now in pyshape._planned(shape, step)]
+        fresh = [(planned, now.key(), now.errors - shape.errors) for planned, now in pyahead._planned(shape, step)]
         assert kept == fresh

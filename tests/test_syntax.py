@@ -381,7 +381,7 @@ def test_table_entries_come_from_the_toml():
 
 
 def test_a_clash_in_the_table_is_refused():
-    from dlmcode.text.syntax import LanguageEntry, _check_unique
+    from dlmcode.text.languages import LanguageEntry, _check_unique
 
     a = LanguageEntry("a", (".x",), "m", "f", aliases=("aa",))
     with pytest.raises(ValueError, match="claimed by two languages: aa"):

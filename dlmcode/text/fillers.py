@@ -1,0 +1,394 @@
+"""Fillers: do-nothing text that fits a hole of any length, given the code around it.
+
+The first witness comes from fillers that fit any hole length (`first_witness`): `pass  #xxx`
+at a candidate indentation, block heads nested as deep as the lines below, a name `xxx`, a
+block comment `/*xxx*/`, the quote or brackets the code around needs. When none passes, each
+call's draft is tried (one token a call meanwhile); a decode that never finds one ran
+unguarded, and the job says so (docs/guard.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import pyshape
+from .literals import CLOSE, CONTEXT, OPEN, STRINGS, _odd, balance, open_literal, opened_after, openers_of
+from .witness import CACHE
+
+
+@dataclass(frozen=True)
+class Filler:
+    """Text that fits a hole of any length from a minimum up: `pre`, then `unit` m times, then `post`."""
+
+    pre: str
+    unit: str  # one token's text, repeated to reach the hole's length ("" with blank: the plan's pad)
+    post: str
+    least: int = 0  # m at least
+
+
+class Fillers:
+    """Fillers of an exact token count for a stretch of holes, given the text around it (cached)."""
+
+    def __init__(self, lang: str, tokenizer: Any, blank: int | None, rare: bool = False) -> None:
+        self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
+        self.coder = Remembered(tokenizer)  # fillers' texts are the same few dozen call after call
+        self.rare = rare  # also the costly fillers for rare cuts (`fillers`): a second first search, every call's
+        self.memo: dict[tuple[int, str, str, int, int], list[list[int]]] = {}
+        self.escapes: dict[int, bool] = {}
+
+    def escape(self, token: int) -> bool:
+        """Whether a token starts a comment: the universal way to make the rest of a line
+        parse, so never a replacement."""
+        found = self.escapes.get(token)
+        if found is None:
+            text = self.tokenizer.decode([token])
+            found = self.escapes[token] = any(mark in text for mark in COMMENTS.get(self.lang, ()))
+        return found
+
+    def __call__(self, before: str, after: str, n: int) -> list[list[int]]:
+        key = (len(before), before[-CONTEXT:], after[:CONTEXT], len(after), n)  # a hole's text before it is
+        found = self.memo.get(key)  # the plan's, up to what the decode wrote in it: its end and length tell it
+        if found is None:
+            made = fillers(self.lang, before, after, self.blank is not None, self.rare)
+            found = fits(made, n, self.coder, self.blank)
+            if len(self.memo) < CACHE:
+                self.memo[key] = found
+        return found
+
+
+class Remembered:
+    """A tokenizer's encode and decode, each text's answer kept (a tokenizer's answer depends on the text alone)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.encoded: dict[str, tuple[int, ...]] = {}
+        self.decoded: dict[tuple[int, ...], str] = {}
+
+    def encode(self, text: str) -> list[int]:
+        found = self.encoded.get(text)
+        if found is None:
+            found = tuple(self.tokenizer.encode(text))
+            if len(self.encoded) < CACHE:
+                self.encoded[text] = found
+        return list(found)
+
+    def decode(self, ids: list[int]) -> str:
+        key = tuple(ids)
+        found = self.decoded.get(key)
+        if found is None:
+            found = self.tokenizer.decode(ids)
+            if len(self.decoded) < CACHE:
+                self.decoded[key] = found
+        return found
+
+
+COMMENTS = {"python": ("#",)} | {
+    lang: ("//", "/*") for lang in ("c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust")
+}
+
+
+def fits(candidates: Sequence[Filler], length: int, tokenizer: Any, blank: int | None) -> list[list[int]]:
+    """Each filler as exactly `length` token ids (those that cannot reach that length are left out), no repeats."""
+    out: list[list[int]] = []
+    for f in candidates:
+        unit = blank if f.unit == "" else single_token(tokenizer, f.unit)
+        if unit is None:
+            continue
+        pre = tokenizer.encode(f.pre) if f.pre else []
+        post = tokenizer.encode(f.post) if f.post else []
+        m = length - len(pre) - len(post)
+        ids = pre + [unit] * m + post
+        if m >= f.least and ids not in out:
+            out.append(ids)
+    return out
+
+
+def single_token(tokenizer: Any, text: str) -> int | None:
+    """The id of a token whose text is exactly `text`, if the tokenizer has one."""
+    ids = tokenizer.encode(text)
+    return ids[0] if len(ids) == 1 and tokenizer.decode(ids) == text else None
+
+
+C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
+
+
+def fillers(lang: str, before: str, after: str, blank: bool, rare: bool = False) -> list[Filler]:
+    """Fillers worth trying for a hole between `before` and `after`, most neutral first: each body as it
+    is, then with the brackets `after` closes opened before it and those `before` left open closed after it.
+    `rare`: also those that cost a second replay of the lines around (a comment the code after starts inside
+    of, a head before the string it starts inside of): the first witness search tries them only when the
+    others found none; every call's search has them (they let more proposals be admitted together)."""
+    inside = open_literal(before, lang)
+    close, opens = balance(before + inside, after)  # brackets inside the open literal are its text
+    out = [Filler("", "", "")] if blank else []
+    if inside:  # the hole starts inside a string or comment: end it first
+        out += [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
+    quote = opened_after(after, lang)
+    if inside in ("'", '"') and quote == inside * 3:  # `r"` before, `""` cut: the hole completes a triple quote
+        out.append(Filler(inside * 2, "x", ""))
+    if lang == "python" and not inside:  # a hole inside leading indentation: complete it, nothing more
+        out += [Filler(i, " ", "") for i in dict.fromkeys([*indents(before, after), *completions(before, after)]) if i]
+    if quote and not inside:  # the code after the hole starts inside a string: open it
+        out += [
+            Filler(i + q, "x", "")
+            for q in openers_of(quote, after, lang)
+            for i in [*indents(before, after), " ", ""][:3]
+        ]
+    if lang in ("c", "cpp"):
+        out += directives(before, after)
+    if lang == "python":  # lines that fit the blocks around, checked line by line (pyshape.py)
+        out += [Filler(inside + start, " ", end) for start, end in pyshape.inline(before + inside, after, quote)]
+        out += [Filler(inside + start, " ", end) for start, end in pyshape.bridges(before + inside, after)]
+    for body in bodies(lang, before, after):
+        out.append(body)
+        if close or opens:
+            out.append(Filler(opens + body.pre, body.unit, body.post + close, body.least))
+    if blank:
+        out += [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
+    if lang == "python" and inside != "\n":
+        out += python_more(before, after, inside, close, quote, rare)
+    if lang in C_LIKE:
+        out += c_more(lang, before, after, inside, close, opens, quote, rare)
+    return out
+
+
+WORDS = ("include", "define", "ifndef", "ifdef", "endif", "elif", "else", "if", "undef", "pragma", "error")
+
+
+AFTER_BLOCK = {"catch": "try {", "finally": "try {", "else": "if (x) {", "while": "do {"}  # `}` then this word
+
+
+def c_more(
+    lang: str, before: str, after: str, inside: str, close: str, opens: str, quote: str, rare: bool = False
+) -> list[Filler]:
+    """The C family's fillers for what the others miss (the attack classes' give-ups): the code after the hole
+    starting inside a block comment (any filler of the code after it, the comment opened at its end), a
+    directive whose word the hole cut (`#inc` | `lude`), a macro's line the hole must continue with a
+    backslash, a template literal's `${` to close, a block whose `}` is followed by `catch`/`else` (its head),
+    and a string the code after starts inside of within a call that the hole must open."""
+    out = []
+    line = before[before.rfind("\n") + 1 :]
+    end, start = after.find("*/", 0, CONTEXT), after.find("/*", 0, CONTEXT)
+    if rare and inside != "*/" and end >= 0 and (start < 0 or start > end):
+        out += [Filler(f.pre, f.unit, f.post + "/*", f.least) for f in fillers(lang, before, after[end + 2 :], False)]
+    if lang in ("c", "cpp") and inside in ("", "*/"):  # a directive's line the hole begins (a comment ended first)
+        lead = inside + ("\n" if inside or line.strip() else "")
+        for word in WORDS:
+            cut = next((k for k in range(1, len(word)) if re.match(re.escape(word[k:]) + r"\b", after)), None)
+            if cut is not None:
+                out.append(Filler(lead, " ", "#" + word[:cut]))
+        path = re.match(r"[\w./+-]*([>\"])", after)
+        if path:  # an `#include`'s path the hole cut
+            out.append(Filler(lead, " ", "#include " + ("<" if path.group(1) == ">" else '"') + "x"))
+        if not inside and (line.rstrip().endswith("\\") or before[: len(before) - len(line)].rstrip().endswith("\\")):
+            out += [Filler("", " ", "\\"), Filler(" x", " ", " \\")] if after.startswith("\n") else []
+        if after.split("\n", 1)[0].strip() and re.search(r"^[ \t]*#[ \t]*\w", after[:400], re.M):
+            out.append(Filler(lead, " ", "#define x"))  # a macro's name the hole cut, among other macros
+    if inside == "`":
+        template = before[before.rfind("`") + 1 :]
+        if template.rfind("${") > template.rfind("}"):  # inside a `${...}`: close it, then the literal
+            out += [Filler("", "x", "}`" + close), Filler("", "x", "}`"), Filler("", "x", "}`;")]
+    masked = STRINGS.sub("", after[:CONTEXT])
+    depth = 0
+    for i, ch in enumerate(masked):
+        depth += (ch in OPEN) - (ch in CLOSE)
+        if depth < 0:
+            if ch == "}":
+                word = re.match(r"\s*(\w+)", masked[i + 1 :])
+                head = AFTER_BLOCK.get(word.group(1)) if word else None
+                if head:
+                    out += [Filler(inside + close + head, " ", ""), Filler(inside + close + head + "/*", "x", "*/")]
+            break
+    if quote and not inside and opens:
+        out += [Filler(i, " ", "x" + opens + q) for i in (" ", "") for q in openers_of(quote, after, lang)[:1]]
+    if not inside and not line.strip() and re.match(r"[ \t]*\([^\n]*\)[ \t]*\{", after):  # `(x) {`: a head's
+        out += [Filler("", " ", "if"), Filler("", " ", "while")]
+    for stem in stems(after, C_WORDS):  # the hole ends in a word the code after goes on with
+        out += [Filler("", "x", inside + close + "\n" + stem)] if inside in ("`", "'", '"') else []
+        out += [Filler("", " ", stem)] if not inside and not line.strip() else []
+    return out
+
+
+C_WORDS = (
+    "const", "let", "var", "return", "if", "else", "for", "while", "function", "this", "await", "async", "try",
+    "catch", "throw", "new", "typeof", "static", "struct", "enum", "union", "unsigned", "int", "char", "void",
+)  # fmt: skip
+
+
+PY_WORDS = ("except", "return", "raise", "import", "from", "if", "elif", "else", "for", "while", "with", "def", "class")
+
+
+def stems(after: str, words: Sequence[str]) -> list[str]:
+    """The starts of a keyword whose rest begins `after` (`cons` for `t x = 1`), then `x` before a word's rest."""
+    found = [w[:k] for w in words for k in range(1, len(w)) if re.match(re.escape(w[k:]) + r"\b", after)]
+    return found[:2] + (["x"] if re.match(r"\w", after) else [])
+
+
+def python_more(before: str, after: str, inside: str, close: str, quote: str, rare: bool = False) -> list[Filler]:
+    """Python's fillers for what the others miss (the held-out suites' give-ups): a head before the docstring the
+    code after the hole starts inside of, a line in brackets at the indentation of the line above, a line the
+    code after goes on with a backslash, a head whose colon and line break the hole holds, and, where the
+    code after starts inside a comment, any filler of the code below that line with the comment opened at its
+    end (the escape rule admits that only where the user's own code is a comment there)."""
+    out = []
+    line = before[before.rfind("\n") + 1 :]
+    first, _, rest = after.partition("\n")
+    short = next((q for q in ('"', "'") if _odd(first, q)), "")  # a one-line string, where a docstring was read
+    for q in dict.fromkeys(q for q in (quote, short) if q and not inside):
+        out += [Filler(start, " ", end + q) for start, end in pyshape.bridges(before, q + after)] if rare else []
+        out += [Filler(" = " + q, "x", "")] if line.strip() else []
+    lead = _lead(next((x for x in reversed(before.split("\n")[:-1]) if x.strip()), ""))
+    if close and not inside and not line.strip() and lead.startswith(line):  # a new line inside brackets
+        out += [Filler(lead[len(line) :] + "x", "x", close), Filler(lead[len(line) :] + "x", "x", "")]
+    below = rest.split("\n", 1)[0]
+    if not first.strip() and below.strip() and not pyshape.parses(below.strip()):  # `\`: it goes on this line
+        out += [Filler(s, " ", e + " \\") for s, e in pyshape.bridges(before + inside, " " + rest.lstrip(" \t"))]
+    if line.strip() and first[:1] in (" ", "\t") and len(_lead(first)) > len(_lead(line)):  # the hole ends a head
+        out += [Filler("", "x", inside + close + ":\n"), Filler(" x", "x", inside + close + ":\n")]
+    for stem in stems(after, PY_WORDS) if not inside and not line.strip() else ():  # `  ex` | `cept x:`
+        out += [Filler(i, " ", stem) for i in indents(before, after)[:2]]
+    if rare and first.strip():  # the code after starts inside a comment
+        below_line = fillers("python", before, "\n" + rest, False)
+        out += [Filler(f.pre, f.unit, f.post + "  #", f.least) for f in below_line if not f.post.endswith("\\")]
+    return out
+
+
+C_BODIES = (
+    Filler("/*", "x", "*/"),
+    Filler("x", " ", ";"),
+    Filler(" x", " ", ";"),
+    Filler(";/*", "x", "*/"),
+    Filler("x;/*", "x", "*/"),
+    Filler("x/*", "x", "*/"),
+    Filler("{/*", "x", "*/}"),
+)
+
+
+ANY_BODIES = (
+    Filler("x", "x", ""),
+    Filler(" x", "x", ""),
+    Filler("", "x", "", least=1),
+    Filler("0", " ", ""),
+    Filler("", " ", ""),
+)
+
+
+def bodies(lang: str, before: str, after: str) -> list[Filler]:
+    """The language's do-nothing code that stretches to any length: statements first, then expressions."""
+    if lang != "python":
+        return (list(C_BODIES) if lang in C_LIKE else []) + list(ANY_BODIES)
+    at = indents(before, after)
+    # a hole that ends where code goes on (a benchmark middle ends with its line break): its statements end the line
+    end = "\n" if at and after[:1] not in ("", "\n", "\r") else ""
+    out = [Filler(i + "pass", " ", end) for i in at] + [Filler(i + "pass  #", "x", end) for i in at]
+    if after.lstrip(" \t").startswith(":"):  # a block's head whose colon is already there
+        out += [Filler(i + "if x", " ", "") for i in at] + [Filler(i + "if x", "x", "") for i in at]
+    line = next((line for line in after.split("\n") if line.strip()), "")
+    below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
+    close, opens = balance(before, after)
+    if close and at:  # close the brackets first, then the lines below need a block's head at some shallower level
+        out += [
+            Filler(close + "\n" + openers_chain(i, below), " ", end)
+            for i in dict.fromkeys(["", "    ", "        ", *at])
+        ]
+    for i in at:  # blocks that the lines below indent under, as many levels deep as they are
+        chain = openers_chain(i, below)
+        out += [Filler(chain, " ", end), Filler(chain + "  #", "x", end)]
+        if word in CONTINUATIONS:  # `elif`/`else`/`except` below: a block of its own kind, with a body, at its level
+            body = openers_chain(i, below + "    ", "try:" if word in ("except", "finally") else "if x:")
+            out.append(Filler(body + "\n" + below + "    pass", " ", end))
+        if opens:  # the lines below close brackets: open them in a statement (or a block's head)
+            out += [Filler(i + "x = " + opens, " ", end), Filler(i + "if x" + opens, " ", end)]
+    if opens_block(before, after):  # the hole ends a line whose next one is deeper: it ends with a colon
+        close, _ = balance(before, after)
+        out += [
+            Filler(" x", "x", close + ":"),
+            Filler("", "x", close + ":"),
+            Filler(" x", " ", close + ":"),
+            Filler("", "x", open_literal(before, lang) + close + ":"),
+        ]
+    return out + list(ANY_BODIES)
+
+
+def opens_block(before: str, after: str) -> bool:
+    """Whether the line the hole ends starts a block: the hole's line has code, the next line is deeper."""
+    line = before[before.rfind("\n") + 1 :]
+    if not line.strip() or not after.startswith("\n"):
+        return False
+    below = next((x for x in after.split("\n")[1:] if x.strip()), "")
+    return len(_lead(below)) > len(_lead(line))
+
+
+CONTINUATIONS = ("elif", "else", "except", "finally")
+
+
+def openers_chain(indent: str, below: str, last: str = "if x:") -> str:
+    """`if x:` at `indent`, nested as many levels as `below` is deeper (at least one); the deepest is `last`."""
+    deeper = below[len(indent) :] if below.startswith(indent) and len(below) > len(indent) else "    "
+    step = "\t" if deeper.startswith("\t") else "    "
+    levels = max(1, len(deeper) // len(step))
+    return "\n".join(indent + step * n + ("if x:" if n < levels - 1 else last) for n in range(levels))
+
+
+def _lead(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def indents(before: str, after: str) -> list[str]:
+    """Indentation a statement in the hole may still need: none when the hole's line already has code; else
+    what completes the line's own leading whitespace to the line above's (deeper after a ':'), the line
+    below's, one level out of either (a head over a body), or nothing more."""
+    line = before[before.rfind("\n") + 1 :]
+    if line.strip():
+        return []
+    above = next((x for x in reversed(before[: len(before) - len(line)].split("\n")) if x.strip()), "")
+    below = next((x for x in after.split("\n") if x.strip()), "")
+    levels = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
+    levels += [_lead(above), _lead(below), ""]
+    levels += [
+        x[:-4] for x in (_lead(below), _lead(above)) if x.endswith("    ")
+    ]  # a head one level out (a body below it)
+    return list(dict.fromkeys(x[len(line) :] for x in levels if x.startswith(line))) or [""]
+
+
+DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b", re.M)
+
+
+def directives(before: str, after: str) -> list[Filler]:
+    """C preprocessor fillers: the `#` of a directive the hole cut at its start, an `#if` for an `#endif` (or
+    `#else`) after the hole that lost its `#if`, an `#endif` for an `#if` before it that lost its own. A
+    directive holds a whole line, so each stands on lines of its own."""
+    out = []
+    line = before[before.rfind("\n") + 1 :]
+    if not line.strip() and re.match(r"(include|define|if|ifdef|ifndef|elif|else|endif|pragma|undef)\b", after):
+        out.append(Filler("#", " ", ""))
+    depth, need = 0, 0
+    for m in DIRECTIVE.finditer(after[:CONTEXT]):
+        depth += m.group(1).startswith("if") - (m.group(1) == "endif")
+        if depth < 0 or (depth == 0 and m.group(1) in ("else", "elif")):
+            need = 1
+            break
+    opened = sum((m.group(1).startswith("if")) - (m.group(1) == "endif") for m in DIRECTIVE.finditer(before))
+    head = "" if not line.strip() else "\n"
+    if need:
+        out.append(Filler(head + "#if x\n", " ", ""))
+    if opened > 0 and not need:
+        out.append(Filler(head + "\n#endif\n", " ", ""))
+    return out
+
+
+def completions(before: str, after: str) -> list[str]:
+    """Whitespace that completes a line's indentation, typed partly before the hole and partly after it, to a
+    level some line around uses."""
+    line = before[before.rfind("\n") + 1 :]
+    first = after.split("\n", 1)[0]
+    if line.strip() or not first.strip():
+        return []
+    tail = _lead(first)
+    seen = {_lead(x) for x in (before[-2000:] + "\n" + after[:2000]).split("\n") if x.strip()}
+    levels = seen | {x + "    " for x in seen} | {x + "\t" for x in seen}
+    out = [x[len(line) : len(x) - len(tail)] for x in levels if x.startswith(line) and x.endswith(tail)]
+    return sorted((x for x in out if x), key=len)

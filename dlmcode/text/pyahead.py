@@ -1,0 +1,234 @@
+"""The logical lines after a hole, replayed from the many shapes a bridge may leave (`Ahead`), and the plans
+(lines a hole may write) that add no error: text/pyshape.py's bridges read them. Each thread keeps its own
+(`AHEADS`, `PLANS`): their remembered iterators are read by one thread at a time."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .pylines import Line, Shape, _lead, _openers, parses, replay
+
+MEMO = 4096  # shapes remembered per run of lines after a hole
+TAILS = (
+    "",
+    "x",
+    "x =",
+    "x = x",
+    "x.",
+    "def x",
+    "if",
+    "if x",
+    "return",
+    "import",
+    "for x in",
+    "with x",
+    "class x",
+    "del x",
+)
+
+
+def _middles(shape: Shape, blank: str | None, tail: Line | None, rest: Ahead, whole: bool) -> Iterator[tuple[str, str]]:
+    """(lines, ending) after the fixed head: the lines, then the start of the hole's last line, for which the
+    code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed)."""
+    step = shape.step()
+    for planned, now in _planned(shape, step):
+        text = "\n".join(planned)
+        if blank is not None and planned:
+            text = text[len(blank) :] if text.startswith(blank) else "\n" + text
+        for ending in itertools.islice(rest.endings(now, tail, step, whole), 2):  # now.errors == shape.errors
+            yield text, ending  # a new line even after a blank one: the padding goes before it, not in its indentation
+
+
+PLANS = threading.local()  # each thread's plans per shape
+
+
+def _planned(shape: Shape, step: str) -> list[tuple[list[str], Shape]]:
+    """The plans for `shape` that add no error, each with the shape it leaves (remembered per shape: a plan's
+    lines and errors do not depend on the errors counted before)."""
+    memo = PLANS.__dict__.setdefault("memo", {})
+    key = (shape.key(), step)
+    found = memo.get(key)
+    if found is None:
+        found = []
+        for planned in _plans(shape, step):
+            now = shape.copy()
+            for text in planned:
+                now.feed(Line(_lead(text), text.strip()))
+            if now.errors == shape.errors:
+                found.append((planned, now))
+        if len(memo) >= MEMO:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
+    """Candidate lines: a body for a waiting head, an `except` for open `try`s, then heads down to a depth."""
+    yield []  # nothing: the code after the hole fits as it is (it may be the body a head waits for)
+    in_def = any(b.kind in ("def", "async") for b in shape.blocks)
+    if shape.waiting:  # heads that are themselves the body the last head waits for
+        yield from _chains([], shape.blocks[-1].head + step, step, in_def)
+        body = [shape.blocks[-1].head + step + "pass"]
+        yield body
+    else:
+        body = []
+    start = shape.copy()
+    for text in body:
+        start.feed(Line(_lead(text), "pass"))
+    for level in start.levels():
+        closes = []
+        for b in reversed(start.blocks):
+            if b.kind == "try" and len(b.head) >= len(level):
+                closes += [b.head + "except x:", b.head + step + "pass"]
+        if closes:
+            yield body + closes
+            yield body + closes[:-1]  # the last `except` heads the lines below
+            yield from _chains(body + closes[:-1], level + step, step, in_def)  # ... or heads of its own body do
+        yield from _chains(body + closes, level, step, in_def)
+
+
+def _chains(lines_: list[str], level: str, step: str, in_def: bool = True) -> Iterator[list[str]]:
+    """`lines_` then heads nested from `level` down to a depth, the deepest an `if`, a `while` (the code below may
+    `break`) or a `try`, the outermost a `def` too (it may `return`: first when no `def` is open, `in_def`), each
+    with and without a body of its own."""
+    for depth in range(1, 4):
+        pairs = (("if x:", "if x:"), ("if x:", "while x:"), ("if x:", "try:"), ("def x():", "if x:"))
+        for first, last in pairs if in_def else pairs[-1:] + pairs[:-1]:  # outside a def, the code below may return
+            heads = [first if n == 0 else "if x:" for n in range(depth)]
+            heads[-1] = last if depth > 1 or first != "def x():" else first
+            chain = [level + step * n + head for n, head in enumerate(heads)]
+            yield lines_ + chain
+            yield lines_ + chain + [level + step * depth + "pass"]
+
+
+def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: bool, base: int) -> Iterator[str]:
+    """The end of the fill: nothing (the hole ends its line), or a new line's indentation and the start of a
+    statement that the rest of the hole's last line (`tail`) finishes, at each level that replays cleanly."""
+    if tail is None:
+        if rest.clean(shape, whole, base):
+            yield ""
+        return
+    levels = shape.levels() or [shape.blocks[-1].head + step]
+    key = shape.key()
+    for start, line in _starts(tail.code):
+        for level in levels:
+            if start:
+                indent = level
+            elif level.endswith(tail.indent) and len(level) >= len(tail.indent):
+                indent = level[: len(level) - len(tail.indent)]
+            else:
+                continue
+            if rest.clean_after(shape, key, level, line, whole, base):
+                yield "\n" + indent + start
+                break
+
+
+@functools.lru_cache(maxsize=256)
+def _starts(code: str) -> tuple[tuple[str, Line], ...]:
+    """The starts of a statement that the rest of the hole's last line (`code`) finishes, each with the line they
+    make (its indentation left to the caller), in the order tried (those that parse)."""
+    opens = _openers(code)
+    out = []
+    for start in (s + opens + x for s in TAILS for x in ("", "x")) if opens else TAILS:
+        start = start + " " if start and start[-1] not in "([{." else start
+        if parses(start + code):
+            out.append((start, Line("", start + code)))
+    return tuple(out)
+
+
+class Ahead:
+    """The logical lines after a hole, replayed from the many shapes a bridge may leave (each distinct shape once:
+    a replay's errors do not depend on those counted before it)."""
+
+    def __init__(self, lines_: tuple[Line, ...]) -> None:
+        self.lines = lines_
+        self.memo: dict[tuple, tuple[int, int]] = {}
+        self.found: dict[tuple, Remembered] = {}
+        self.fed: dict[tuple, int] = {}
+        self.ends: dict[tuple, Remembered] = {}
+
+    def middles(self, shape: Shape, blank: str | None, tail: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
+        """`_middles` of these lines, each shape's read once (lazily: as far as a bridge has asked); the errors
+        `shape` counted before do not change them."""
+        key = (shape.key(), blank, tail, whole)
+        found = self.found.get(key)
+        if found is None:
+            found = Remembered(_middles(shape.copy(), blank, tail, self, whole))
+            if len(self.found) < MEMO:
+                self.found[key] = found
+        return found
+
+    def clean(self, shape: Shape, whole: bool, base: int) -> bool:
+        """Whether the lines replay from `shape` with `base` errors in all (at the end of the file when `whole`)."""
+        return self.errors(shape, whole) == base
+
+    def endings(self, shape: Shape, tail: Line | None, step: str, whole: bool) -> Iterable[str]:
+        """`_endings` of these lines after `shape` with no new error, each shape's read once (lazily); the errors
+        counted before do not change them."""
+        key = (shape.key(), tail, step, whole)
+        found = self.ends.get(key)
+        if found is None:
+            found = Remembered(_endings(shape.copy(), tail, self, step, whole, shape.errors))
+            if len(self.ends) < MEMO:
+                self.ends[key] = found
+        return found
+
+    def clean_after(self, shape: Shape, key: tuple, indent: str, line: Line, whole: bool, base: int) -> bool:
+        """`clean(shape.copy().feed(Line(indent, line.code)), whole, base)`, remembered per shape (`key`) and what
+        `feed` reads of the line (its indentation, first word, and whether it is a head)."""
+        at = (key, indent, line.word, line.head, whole)
+        found = self.fed.get(at)
+        if found is None:
+            found = self.errors(shape.copy().feed(Line(indent, line.code)), whole) - shape.errors
+            if len(self.fed) < MEMO:
+                self.fed[at] = found
+        return shape.errors + found == base
+
+    def errors(self, shape: Shape, whole: bool) -> int:
+        """`replay(lines, shape).errors` (`.end()` when `whole`), without changing `shape`."""
+        key = shape.key()
+        found = self.memo.get(key)
+        if found is None:
+            end = replay(list(self.lines), Shape(shape.copy().blocks, shape.base))
+            found = (end.errors, end.end() - end.errors)
+            if len(self.memo) < MEMO:
+                self.memo[key] = found
+        return shape.errors + found[0] + (found[1] if whole else 0)
+
+
+class Remembered:
+    """An iterator's items, kept as they come, so that it can be read again from the start (and on past where it
+    was left) without redoing its work."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self.items, self.seen = items, []
+
+    def __iter__(self) -> Iterator[Any]:
+        at = 0
+        while True:
+            if at == len(self.seen):
+                nxt = next(self.items, None)
+                if nxt is None:
+                    return
+                self.seen.append(nxt)
+            yield self.seen[at]
+            at += 1
+
+
+AHEADS = threading.local()  # each thread's Aheads: their remembered iterators are read by one thread at a time
+KEPT = 64  # Aheads a thread keeps
+
+
+def _ahead(lines_: tuple[Line, ...]) -> Ahead:
+    """One Ahead per run of lines (the code after a hole stays while the decode writes before it)."""
+    kept = AHEADS.__dict__.setdefault("kept", {})
+    found = kept.get(lines_)
+    if found is None:
+        if len(kept) >= KEPT:
+            kept.pop(next(iter(kept)))  # the oldest
+        found = kept[lines_] = Ahead(lines_)
+    return found
