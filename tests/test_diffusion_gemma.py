@@ -115,7 +115,10 @@ def test_logits_are_transformers_own(dlm, reference):
 
 def test_a_later_block_sees_the_finished_one_through_the_encoder(dlm, reference):
     """Block 1 decoded, then block 2: block 1 joins the cache (the encoder, a call of its own) and block 2's
-    logits are those of the model given prompt + block 1 as its prompt."""
+    logits are, bit for bit, those of transformers' model driven as its generate drives it: the prompt through
+    the encoder, then block 1 through it in a call of its own, then the decoder on block 2 against that cache."""
+    from transformers import DynamicCache
+
     prompt = torch.tensor(prompt_ids(dlm))
     g = torch.Generator().manual_seed(2)
     first, second = torch.randint(3, VOCAB, (CANVAS,), generator=g), torch.randint(3, VOCAB, (CANVAS,), generator=g)
@@ -127,10 +130,59 @@ def test_a_later_block_sees_the_finished_one_through_the_encoder(dlm, reference)
     assert predict.session.length == starts[0], "block 1 is active: only the prompt is in the cache"
     ours = predict(torch.cat([prompt, first, second]))[starts[1] :]
     assert predict.session.length == starts[1], "block 1 went into the cache before block 2 ran"
+    cache = DynamicCache(config=reference.config.get_text_config(decoder=True))
     with torch.no_grad():
-        theirs = reference(input_ids=torch.cat([prompt, first])[None], decoder_input_ids=second[None]).logits[0]
+        for ids, at in ((prompt, 0), (first, starts[0])):
+            at_ids = torch.arange(at, at + len(ids))[None]
+            reference.model.encoder(input_ids=ids[None], cache=cache, position_ids=at_ids)
+        where = torch.arange(starts[1], starts[1] + CANVAS)[None]
+        theirs = reference(decoder_input_ids=second[None], cache=cache, decoder_position_ids=where).logits[0]
     first_step = 0.4 + ((0.8 - 0.4) * (torch.tensor(48, dtype=torch.int32) / 48))
-    torch.testing.assert_close(ours, theirs / first_step, rtol=0, atol=1e-5)  # one encoder call there, two here
+    assert torch.equal(ours, theirs / first_step)
+
+
+def test_every_call_s_logits_are_those_of_transformers_generate(dlm, reference, monkeypatch):
+    """A whole decode, like with like: the tempered logits of each of dlmcode's 144 calls (3 blocks of 48 steps,
+    seed 0; the sliding window's oldest keys dropped by the second block) equal, bit for bit, those transformers'
+    generate computes at the same call, its finished blocks in the encoder's cache as dlmcode keeps them."""
+    from dlmcode.models.diffusion_gemma import GemmaSession, Schedule
+
+    theirs, ours = [], []
+    model_forward, session_run = reference.forward, GemmaSession.run
+
+    def their_call(*args, **kwargs):
+        out = model_forward(*args, **kwargs)
+        theirs.append(out.logits[0].clone())
+        return out
+
+    def our_call(self, ids):
+        ours.append(session_run(self, ids))
+        return ours[-1]
+
+    monkeypatch.setattr(reference, "forward", their_call)
+    monkeypatch.setattr(GemmaSession, "run", our_call)
+    ids = prompt_ids(dlm)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        reference.generate(torch.tensor([ids]), max_new_tokens=3 * CANVAS)
+    run_generate(dlm, 0, 3 * CANVAS)
+    assert len(ours) == len(theirs) == 3 * 48
+    schedule = Schedule(48, 0.4, 0.8)
+    for i, (mine, raw) in enumerate(zip(ours, theirs, strict=True)):
+        assert torch.equal(mine, schedule.temper(raw, i % 48)), f"call {i}"
+
+
+def test_loaded_weights_sit_where_the_allocator_puts_tensors(dlm, folder):
+    """A safetensors file read in place leaves tensors at unaligned addresses, where MKL rounds a float32 matmul
+    differently in its last bits: the loader copies each such tensor to an aligned one (hf.aligned)."""
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    from dlmcode.models import hf
+
+    raw = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, **hf.pretrained_kwargs(torch.float32, False))
+    assert any(p.data_ptr() % hf.ALIGN for p in raw.parameters()), "the file read in place: some unaligned"
+    model = dlm.blocks.open().model
+    assert not any(t.data_ptr() % hf.ALIGN for t in [*model.parameters(), *model.buffers()])
 
 
 def run_generate(dlm, seed: int, length: int, options: dict | None = None):

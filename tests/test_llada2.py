@@ -266,13 +266,32 @@ def test_logits_recomputed_as_its_generate_does_are_the_reference_s_bit_for_bit(
 
 def test_logits_with_the_exact_cache(weights, dlm):
     """With the exact cache, the first block (the prompt in the same forward) is bit for bit the reference's;
-    a later one differs in the last bits: its generate recomputes the prefix every step, each expert then
-    multiplying a batch of every window token routed to it, where the cache ran the block's alone, and this
-    CPU's float32 matmul rounds a row by its batch's row count (test_without_experts_the_cache_is_bit_exact)."""
+    a later one differs in the last bits, and no cache can do better: its generate keeps no cache, and the
+    finished blocks it recomputes each step do not keep their own bits from one step to the next
+    (test_its_generate_moves_the_bits_of_finished_blocks), where a cache holds one version of them."""
     (first, theirs), *later = block_logits(dlm, weights, recompute=False)
     assert torch.equal(first, theirs)
     for ours, theirs in later:
         torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-5)  # logits of size ~10
+
+
+def test_its_generate_moves_the_bits_of_finished_blocks(weights):
+    """Why the cached logits cannot be its generate's bit for bit. Under the block-causal mask a position's
+    logits do not depend on later blocks, yet its generate, recomputing the window each step, gives the same
+    finished positions different last bits as the window grows by a block: each expert multiplies every window
+    token routed to it in one batch, and this CPU's float32 matmul (and ATen's vectorized elementwise loops)
+    round a row by the batch's row count and the row's place in it. The keys and values of a finished block
+    thus change from one of its steps to the next; an exact cache keeps one version, so only recomputing every
+    step (`recompute`, bit for bit above) reproduces them all. With dense layers only the bits stay put."""
+    ids = torch.randint(2, MASK, (3 * BLOCK,), generator=torch.Generator().manual_seed(1))
+    dense = dict(CONFIG, first_k_dense_replace=CONFIG["num_hidden_layers"])
+    flat = random_weights(dense)
+    for n in (2 * BLOCK, 3 * BLOCK):
+        shorter, longer = reference_logits(weights, ids[: n - BLOCK]), reference_logits(weights, ids[:n])
+        assert not torch.equal(shorter, longer[: n - BLOCK])
+        torch.testing.assert_close(shorter, longer[: n - BLOCK], rtol=0, atol=2e-5)
+        shorter, longer = reference_logits(flat, ids[: n - BLOCK], dense), reference_logits(flat, ids[:n], dense)
+        assert torch.equal(shorter, longer[: n - BLOCK])
 
 
 def test_without_experts_the_cache_is_bit_exact(tmp_path):

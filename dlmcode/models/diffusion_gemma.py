@@ -155,7 +155,7 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> Any:
             model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **hf.pretrained_kwargs(dtype, False))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ModelError(f"model {hf.label(path)!r}: cannot load it as {TITLE} ({hf.first_line(err)})") from None
-    return model.to(device).eval()
+    return hf.aligned(model.to(device).eval())
 
 
 def generation(model: Any) -> dict[str, Any]:

@@ -57,8 +57,8 @@ ROWS = (
         "renoise",
         "prompt",
         "transformers' own model",
-        "logits equal transformers' on the first block, a later one within 1e-5; tokens equal its generate at"
-        " fixed seeds (tests/test_diffusion_gemma.py)",
+        "logits equal (torch.equal) transformers' generate's at every call, cache and all; tokens equal its"
+        " generate at fixed seeds (tests/test_diffusion_gemma.py)",
         "one decode a forward (each decode's noise and self-conditioning)",
     ),
     Family(
@@ -80,8 +80,8 @@ ROWS = (
         "dynamic",
         "prompt",
         "dlmcode (native)",
-        "logits equal (torch.equal) a restated reference recomputing its window as its generate does, within 2e-5"
-        " with the exact cache; tokens equal its generate's rule (tests/test_llada2.py)",
+        "logits equal (torch.equal) a restated reference recomputing its window as its generate does (it keeps no"
+        " cache), within 2e-5 with the exact cache; tokens equal its generate's rule (tests/test_llada2.py)",
     ),
     Family(
         "fast-dllm-v2",

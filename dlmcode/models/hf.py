@@ -94,6 +94,25 @@ def pretrained_kwargs(dtype: torch.dtype, trust_remote_code: bool) -> dict[str, 
     return {key: dtype, "local_files_only": True, "trust_remote_code": bool(trust_remote_code)}
 
 
+ALIGN = 64  # bytes: where torch's CPU allocator puts every tensor it makes
+
+
+def aligned(model: Any) -> Any:
+    """The model with every CPU parameter and buffer at an ALIGN-byte address, copied there if it is not.
+
+    from_pretrained reads a safetensors file in place (mmap) when its dtype is the one asked for,
+    so a tensor starts wherever the file's header left it; MKL's float32 matmul rounds a product
+    with an unaligned operand differently in its last bits, so the same model loaded from a
+    folder and built in memory (as transformers' own generate runs it) would not give the same
+    logits (tests/test_diffusion_gemma.py). Tied parameters stay tied (one Parameter, copied once).
+    """
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.device.type == "cpu" and tensor.data_ptr() % ALIGN:
+                tensor.data = tensor.data.clone()
+    return model
+
+
 def first_line(err: BaseException) -> str:
     """'Type: first line of the message', short enough for a one-line error."""
     lines = str(err).strip().splitlines() or [""]

@@ -124,7 +124,7 @@ def load_model(path: Path, hf_config: Any, device: torch.device, dtype: torch.dt
             model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **hf.pretrained_kwargs(dtype, False))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ModelError(f"model {hf.label(path)!r}: cannot load it as {what} ({hf.first_line(err)})") from None
-    return model.to(device).eval()
+    return hf.aligned(model.to(device).eval())
 
 
 def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False) -> Dlm:
