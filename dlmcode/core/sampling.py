@@ -58,10 +58,16 @@ class Softmax(NamedTuple):
         return self.weights.gather(-1, ids.to(self.weights.device)[:, None]).squeeze(-1) / self.total
 
 
-def softmax64(logits: Tensor) -> Softmax:
-    """The float64 softmax LLaDA scores confidence with, one (H, V) buffer made and worked in place."""
-    w = logits.to(torch.float64, copy=True)  # (H, V)
-    w.sub_(w.amax(-1, keepdim=True)).exp_()
+def softmax64(logits: Tensor, peak: Tensor | None = None) -> Softmax:
+    """The float64 softmax LLaDA scores confidence with, one (H, V) buffer made and worked in place.
+
+    `peak`: each row's largest logit (H,), when the caller has it. The shift is taken on the
+    logits' own dtype (a float32 maximum is exact in float64) and the subtraction is promoted to
+    float64 as it writes the buffer, so the buffer is made in one pass and holds the same bits
+    as copying to float64, then subtracting the float64 maximum."""
+    peak = logits.amax(-1) if peak is None else peak  # (H,)
+    w = torch.sub(logits, peak.to(torch.float64)[:, None])  # (H, V) float64(l) - max
+    w.exp_()
     return Softmax(w, w.sum(-1))
 
 
@@ -71,19 +77,23 @@ def propose(
     """Each row's proposed token (never `mask_id`: argmax at temperature 0, else a sample from
     softmax(logits / T)), its probability under softmax(logits) (0 for `late_ids`, committed
     last), and that softmax. One float64 (H, V) buffer at T = 0 and 1, two at other T."""
-    soft = softmax64(logits)
-    ids = draw(logits, soft, temperature, rng, mask_id)  # (H,)
+    peak, best = logits.max(-1)  # (H,), (H,): the softmax's shift and the argmax in one pass
+    soft = softmax64(logits, peak)
+    ids = draw(logits, soft, temperature, rng, mask_id, best)  # (H,)
     conf = soft.probability(ids)  # (H,)
     if late_ids:
         conf = conf.masked_fill(torch.isin(ids, torch.tensor(late_ids, device=ids.device)), 0.0)
     return ids, conf, soft
 
 
-def draw(logits: Tensor, soft: Softmax, temperature: float, rng: torch.Generator, mask_id: int) -> Tensor:
+def draw(
+    logits: Tensor, soft: Softmax, temperature: float, rng: torch.Generator, mask_id: int, best: Tensor | None = None
+) -> Tensor:
     """(H,) a token per row, never `mask_id`: argmax at T = 0 (nothing drawn), else an exact sample
-    from softmax(logits / T) by its inverse CDF, one uniform number per row, in float64."""
+    from softmax(logits / T) by its inverse CDF, one uniform number per row, in float64. `best`: the
+    rows' argmax, when the caller has it."""
     if temperature == 0:
-        return argmax_without(logits, mask_id)
+        return argmax_without(logits, mask_id, best)
     if temperature == 1:
         weights = soft.weights
     else:
@@ -92,9 +102,10 @@ def draw(logits: Tensor, soft: Softmax, temperature: float, rng: torch.Generator
     return inverse_cdf(weights, uniform(len(weights), rng, weights.device), mask_id)
 
 
-def argmax_without(logits: Tensor, token: int) -> Tensor:
-    """(H,) argmax per row, never `token`: only rows whose argmax it is are copied and redone."""
-    ids = logits.argmax(-1)  # (H,)
+def argmax_without(logits: Tensor, token: int, best: Tensor | None = None) -> Tensor:
+    """(H,) argmax per row, never `token`: only rows whose argmax it is are copied and redone.
+    `best`: the rows' argmax (the first of equals, as argmax and max(-1) both give it), edited in place."""
+    ids = logits.argmax(-1) if best is None else best  # (H,)
     if not 0 <= token < logits.shape[-1]:
         return ids
     bad = ids == token  # (H,)

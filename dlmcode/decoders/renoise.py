@@ -88,16 +88,17 @@ class Renoise(Revising):
             logits = logits_at(
                 predict, canvas.tokens, None if gate is not None else positions
             )  # (n, V); guarded (L, V)
-            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id).cpu()  # (n, V)
+            # the call's own rows (or a copy cut from every row): the mask column is dropped in place
+            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id, copy=False).cpu()  # (n, V)
             entropy = categorical_entropy(rows)  # (n,) as its generate computes it
             best = rows.argmax(-1)  # (n,)
             stable, history = self.stable(best, history)
             last = call == self.steps - 1 or (stable and bool(entropy.mean() < self.confidence))
-            drawn, probs = self.sample(rows, rng)  # drawn at the last call too, as its generate draws it
-            if last:
-                ids, take = best, torch.ones_like(best, dtype=torch.bool)
-            else:
-                ids, take = drawn, accept(entropy, self.bound)
+            # a token is drawn at every position, at the last call too, as its generate draws them; only those
+            # accepted are read, so only theirs are made (the others' numbers are drawn past)
+            take = torch.ones_like(best, dtype=torch.bool) if last else accept(entropy, self.bound)
+            drawn, probs = self.sample(rows, take if not last else None, rng)
+            ids = best if last else drawn
             canvas, step = self.commit(canvas, logits, positions, ids, take, rows, gate, state, number, True, probs)
             yield step
             if last:
@@ -123,15 +124,23 @@ class Renoise(Revising):
         history[-1] = best
         return same, history
 
-    def sample(self, rows: Tensor, rng: torch.Generator) -> tuple[Tensor, Tensor | None]:
+    def sample(self, rows: Tensor, read: Tensor | None, rng: torch.Generator) -> tuple[Tensor, Tensor | None]:
         """A token per row from softmax(rows / T) as torch.multinomial draws it (as its generate draws), or argmax at
-        T = 0; and softmax(rows) when it was computed here (T = 1, float32 rows), for the commit scores."""
+        T = 0; and softmax(rows[read]) when it was computed here (T = 1, float32 rows), for the commit scores.
+
+        `read` (n,) bool: the rows whose token is read (None: none); the generator advances as for every row, but
+        only the read rows' numbers are made and only their tokens are drawn (the others' ids are -1)."""
         if self.temperature == 0:
             return rows.argmax(-1), None
-        scaled = rows if self.temperature == 1 else rows / self.temperature
-        probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)  # (n, V)
-        same = self.temperature == 1 and rows.dtype == torch.float32  # then probs is softmax(rows) itself
-        return multinomial_one(probs, rng), probs if same else None
+        read = torch.zeros(len(rows), dtype=torch.bool) if read is None else read
+        picked = rows[read]  # (k, V): a row's softmax and draw do not depend on the other rows
+        scaled = picked if self.temperature == 1 else picked / self.temperature
+        probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)  # (k, V)
+        # then probs is softmax(rows[read]) itself
+        same = self.temperature == 1 and rows.dtype == torch.float32 and bool(read.any())
+        ids = torch.full((len(rows),), -1, dtype=torch.long)
+        ids[read] = multinomial_some(probs, read, rows.shape[-1], rng)
+        return ids, probs if same else None
 
     def commit(
         self,
@@ -148,11 +157,11 @@ class Renoise(Revising):
         probs: Tensor | None = None,
     ) -> tuple[Canvas, Step]:
         """Take back what the block holds (when `renew`), commit `ids` where `take` (through the guard), as one Step.
-        `probs`: softmax(rows) when the sampler made it (a row's softmax does not depend on the other rows)."""
+        `probs`: softmax(rows[take]) when the sampler made it (a row's softmax does not depend on the other rows)."""
         back = positions[~canvas.holes[positions]] if renew else EMPTY
         canvas = canvas.reopen(back) if back.numel() else canvas
         pos, new = positions[take.to(positions.device)], ids[take].to(canvas.tokens.device)
-        taken = torch.softmax(rows[take], dim=-1) if probs is None else probs[take]  # (k, V)
+        taken = torch.softmax(rows[take], dim=-1) if probs is None else probs  # (k, V)
         scores = taken.gather(-1, ids[take][:, None]).squeeze(-1)  # (k,) their probability
         if gate is not None and pos.numel():
             pos, new, scores = gate.admit(canvas.tokens, logits, pos, new, scores)
@@ -177,6 +186,27 @@ def multinomial_one(probs: Tensor, rng: torch.Generator) -> Tensor:
     (tests/test_diffusion_gemma.py holds it to torch.multinomial and to transformers' generate)."""
     q = torch.empty_like(probs).exponential_(1, generator=rng)  # (n, V)
     return torch.div(probs, q, out=q).argmax(-1)
+
+
+def multinomial_some(probs: Tensor, read: Tensor, vocab: int, rng: torch.Generator) -> Tensor:
+    """(k,) multinomial_one's tokens of the rows `read` (n,) bool of an (n, vocab) draw, whose probabilities
+    `probs` (k, vocab) are: the generator gives its numbers in row order, vocab to a row, and the rows not read
+    are drawn past (as int64, one number each, as an Exp(1) number takes one), so the generator ends where
+    multinomial_one leaves it and each read row gets the numbers it would have had."""
+    q = torch.empty_like(probs)  # (k, vocab)
+    done = 0
+    for r, row in enumerate(read.nonzero().squeeze(-1).tolist()):
+        skip(rng, (row - done) * vocab)
+        q[r].exponential_(1, generator=rng)
+        done = row + 1
+    skip(rng, (len(read) - done) * vocab)
+    return torch.div(probs, q, out=q).argmax(-1)
+
+
+def skip(rng: torch.Generator, count: int) -> None:
+    """Advance `rng` past `count` of its 64-bit numbers (what `count` Exp(1) draws of exponential_ consume)."""
+    if count:
+        torch.empty(count, dtype=torch.int64).random_(generator=rng)
 
 
 def block_rows(logits: Tensor, positions: Tensor, gate: object) -> Tensor:
