@@ -10,12 +10,13 @@ unguarded, and the job says so (docs/guard.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import pyshape
 from .literals import CLOSE, CONTEXT, OPEN, STRINGS, _odd, balance, open_literal, opened_after, openers_of
+from .memo import Lazy, Remembered, remembered  # noqa: F401 (Remembered: the guard's name)
 from .witness import CACHE
 
 
@@ -34,9 +35,9 @@ class Fillers:
 
     def __init__(self, lang: str, tokenizer: Any, blank: int | None, rare: bool = False) -> None:
         self.lang, self.tokenizer, self.blank = lang, tokenizer, blank
-        self.coder = Remembered(tokenizer)  # fillers' texts are the same few dozen call after call
+        self.coder = remembered(tokenizer)  # fillers' texts are the same few dozen call after call, decode after decode
         self.rare = rare  # also the costly fillers for rare cuts (`fillers`): a second first search, every call's
-        self.memo: dict[tuple[int, str, str, int, int], list[list[int]]] = {}
+        self.memo: dict[tuple[int, str, str, int, int], Lazy] = {}
         self.escapes: dict[int, bool] = {}
 
     def escape(self, token: int) -> bool:
@@ -48,40 +49,16 @@ class Fillers:
             found = self.escapes[token] = any(mark in text for mark in COMMENTS.get(self.lang, ()))
         return found
 
-    def __call__(self, before: str, after: str, n: int) -> list[list[int]]:
+    def __call__(self, before: str, after: str, n: int) -> Lazy:
+        """The fillers of `n` ids, made as far as the search reads them (the first that passes ends it)."""
         key = (len(before), before[-CONTEXT:], after[:CONTEXT], len(after), n)  # a hole's text before it is
         found = self.memo.get(key)  # the plan's, up to what the decode wrote in it: its end and length tell it
         if found is None:
-            made = fillers(self.lang, before, after, self.blank is not None, self.rare)
-            found = fits(made, n, self.coder, self.blank)
-            if len(self.memo) < CACHE:
-                self.memo[key] = found
-        return found
-
-
-class Remembered:
-    """A tokenizer's encode and decode, each text's answer kept (a tokenizer's answer depends on the text alone)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.encoded: dict[str, tuple[int, ...]] = {}
-        self.decoded: dict[tuple[int, ...], str] = {}
-
-    def encode(self, text: str) -> list[int]:
-        found = self.encoded.get(text)
-        if found is None:
-            found = tuple(self.tokenizer.encode(text))
-            if len(self.encoded) < CACHE:
-                self.encoded[text] = found
-        return list(found)
-
-    def decode(self, ids: list[int]) -> str:
-        key = tuple(ids)
-        found = self.decoded.get(key)
-        if found is None:
-            found = self.tokenizer.decode(ids)
-            if len(self.decoded) < CACHE:
-                self.decoded[key] = found
+            made = made_lazily(self.lang, before, after, self.blank is not None, self.rare)
+            found = Lazy(fitted(made, n, self.coder, self.blank))
+            if len(self.memo) >= CACHE:
+                self.memo.pop(next(iter(self.memo)))  # the oldest (a list not made to its end holds its texts)
+            self.memo[key] = found
         return found
 
 
@@ -90,9 +67,14 @@ COMMENTS = {"python": ("#",)} | {
 }
 
 
-def fits(candidates: Sequence[Filler], length: int, tokenizer: Any, blank: int | None) -> list[list[int]]:
+def fits(candidates: Iterable[Filler], length: int, tokenizer: Any, blank: int | None) -> list[list[int]]:
     """Each filler as exactly `length` token ids (those that cannot reach that length are left out), no repeats."""
-    out: list[list[int]] = []
+    return list(fitted(candidates, length, tokenizer, blank))
+
+
+def fitted(candidates: Iterable[Filler], length: int, tokenizer: Any, blank: int | None) -> Iterator[list[int]]:
+    """`fits`, one at a time."""
+    seen: set[tuple[int, ...]] = set()
     for f in candidates:
         unit = blank if f.unit == "" else single_token(tokenizer, f.unit)
         if unit is None:
@@ -101,9 +83,9 @@ def fits(candidates: Sequence[Filler], length: int, tokenizer: Any, blank: int |
         post = tokenizer.encode(f.post) if f.post else []
         m = length - len(pre) - len(post)
         ids = pre + [unit] * m + post
-        if m >= f.least and ids not in out:
-            out.append(ids)
-    return out
+        if m >= f.least and tuple(ids) not in seen:
+            seen.add(tuple(ids))
+            yield ids
 
 
 def single_token(tokenizer: Any, text: str) -> int | None:
@@ -116,43 +98,50 @@ C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
 
 
 def fillers(lang: str, before: str, after: str, blank: bool, rare: bool = False) -> list[Filler]:
-    """Fillers worth trying for a hole between `before` and `after`, most neutral first: each body as it
-    is, then with the brackets `after` closes opened before it and those `before` left open closed after it.
+    """Every filler of `made_lazily`, in its order."""
+    return list(made_lazily(lang, before, after, blank, rare))
+
+
+def made_lazily(lang: str, before: str, after: str, blank: bool, rare: bool = False) -> Iterator[Filler]:
+    """Fillers worth trying for a hole between `before` and `after`, most neutral first (each made when asked
+    for): each body as it is, then with the brackets `after` closes opened before it and those `before` left open
+    closed after it.
     `rare`: also those that cost a second replay of the lines around (a comment the code after starts inside
     of, a head before the string it starts inside of): the first witness search tries them only when the
     others found none; every call's search has them (they let more proposals be admitted together)."""
     inside = open_literal(before, lang)
     close, opens = balance(before + inside, after)  # brackets inside the open literal are its text
-    out = [Filler("", "", "")] if blank else []
+    if blank:
+        yield Filler("", "", "")
     if inside:  # the hole starts inside a string or comment: end it first
-        out += [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
+        yield from [Filler("", "x", inside + close), Filler("", "x", inside), Filler("", " ", inside + close)]
     quote = opened_after(after, lang)
     if inside in ("'", '"') and quote == inside * 3:  # `r"` before, `""` cut: the hole completes a triple quote
-        out.append(Filler(inside * 2, "x", ""))
+        yield Filler(inside * 2, "x", "")
     if lang == "python" and not inside:  # a hole inside leading indentation: complete it, nothing more
-        out += [Filler(i, " ", "") for i in dict.fromkeys([*indents(before, after), *completions(before, after)]) if i]
+        levels = dict.fromkeys([*indents(before, after), *completions(before, after)])
+        yield from [Filler(i, " ", "") for i in levels if i]
     if quote and not inside:  # the code after the hole starts inside a string: open it
-        out += [
+        yield from [
             Filler(i + q, "x", "")
             for q in openers_of(quote, after, lang)
             for i in [*indents(before, after), " ", ""][:3]
         ]
     if lang in ("c", "cpp"):
-        out += directives(before, after)
+        yield from directives(before, after)
     if lang == "python":  # lines that fit the blocks around, checked line by line (pyshape.py)
-        out += [Filler(inside + start, " ", end) for start, end in pyshape.inline(before + inside, after, quote)]
-        out += [Filler(inside + start, " ", end) for start, end in pyshape.bridges(before + inside, after)]
+        yield from [Filler(inside + start, " ", end) for start, end in pyshape.inline(before + inside, after, quote)]
+        yield from [Filler(inside + start, " ", end) for start, end in pyshape.bridges(before + inside, after)]
     for body in bodies(lang, before, after):
-        out.append(body)
+        yield body
         if close or opens:
-            out.append(Filler(opens + body.pre, body.unit, body.post + close, body.least))
+            yield Filler(opens + body.pre, body.unit, body.post + close, body.least)
     if blank:
-        out += [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
+        yield from [Filler(opens + "x" + close, "", ""), Filler(opens + "pass", "", "")]
     if lang == "python" and inside != "\n":
-        out += python_more(before, after, inside, close, quote, rare)
+        yield from python_more(before, after, inside, close, quote, rare)
     if lang in C_LIKE:
-        out += c_more(lang, before, after, inside, close, opens, quote, rare)
-    return out
+        yield from c_more(lang, before, after, inside, close, opens, quote, rare)
 
 
 WORDS = ("include", "define", "ifndef", "ifdef", "endif", "elif", "else", "if", "undef", "pragma", "error")

@@ -16,11 +16,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .memo import Lazy, has
+
 Judge = Callable[[Tensor], int]  # (L,) canvas without holes -> new syntax errors of its splice (0: passes)
 Around = Callable[
     [Tensor, int, int], tuple[str, str]
 ]  # (canvas, start, stop) -> text before and after positions [start, stop)
-Fit = Callable[[str, str, int], list[list[int]]]  # (text before, text after, n) -> fillers of exactly n token ids
+Fit = Callable[[str, str, int], Sequence[list[int]]]  # (text before, text after, n) -> fillers of exactly n ids
 TRIALS = 12  # witness candidates one proposal may cost at most (ours)
 SWEEP = 16  # judge calls a call may spend repairing the draft under all its proposals at once (ours)
 CACHE = 8192  # judged canvases remembered per decode
@@ -172,10 +174,10 @@ def first_witness(
     read only when the search reaches it (a bounded sweep rarely gets past the first runs).
     """
 
-    def fitted(i: int) -> list[list[int]]:
+    def fitted(i: int) -> Sequence[list[int]]:
         before, after = around(i) if callable(around) else around[i]
-        found = fit(before, after, len(runs[i]))
-        return found if seeds is None else [seeds[i], *(o for o in found if o != seeds[i])]
+        found = fit(before, after, len(runs[i]))  # a Lazy (Fillers): made as far as the search reads it
+        return found if seeds is None else Lazy(itertools.chain([seeds[i]], (o for o in found if o != seeds[i])))
 
     if seeds is None:
         options = [fitted(i) for i in range(len(runs))]
@@ -183,7 +185,7 @@ def first_witness(
             return None
         read = [True] * len(runs)
     else:  # every run has its seed: the fillers of a run wait until the search tries something else there
-        options, read = [[seed] for seed in seeds], [False] * len(runs)
+        options, read = [[seed] for seed in seeds], [False] * len(runs)  # type: ignore[misc]
     choice = [0] * len(runs)
 
     def assemble() -> Tensor:
@@ -196,7 +198,10 @@ def first_witness(
         yield 0
         if not read[i]:
             options[i], read[i] = fitted(i), True
-        yield from range(1, len(options[i]))
+        c = 1
+        while has(options[i], c):  # each filler made when the search gets to it
+            yield c
+            c += 1
 
     best, spent = judge(assemble()), 1
     for _ in range(2):
