@@ -9,6 +9,7 @@ import functools
 import re
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import scans
 
@@ -70,8 +71,9 @@ def lines(text: str) -> list[Line]:
     return out
 
 
-@dataclass
-class Block:
+class Block(NamedTuple):
+    """One open block (a value: a shape is copied by copying its list, thousands of times a call)."""
+
     head: str  # the indentation of its head line
     kind: str  # try, except, tryelse, if, elif, for, while, def, async, or "" (any other head)
     body: str | None = None  # the indentation of its body, once a body line is seen
@@ -86,11 +88,11 @@ class Shape:
     errors: int = 0
 
     def copy(self) -> Shape:
-        return Shape([Block(b.head, b.kind, b.body) for b in self.blocks], self.base, self.errors)
+        return Shape(list(self.blocks), self.base, self.errors)
 
     def key(self) -> tuple:
         """What a replay from here depends on (everything but the errors counted so far)."""
-        return self.base, tuple((b.head, b.kind, b.body) for b in self.blocks)
+        return self.base, tuple(self.blocks)
 
     @property
     def waiting(self) -> bool:
@@ -116,7 +118,7 @@ class Shape:
         d, word = line.indent, line.word
         prev = None
         if self.waiting and len(d) > len(self.blocks[-1].head):
-            self.blocks[-1].body = d
+            self.blocks[-1] = self.blocks[-1]._replace(body=d)
         else:
             if self.waiting:  # a head with no body: CPython's "expected an indented block"
                 self.errors += 1
