@@ -72,14 +72,22 @@ def softmax64(logits: Tensor, peak: Tensor | None = None) -> Softmax:
 
 
 def propose(
-    logits: Tensor, temperature: float, rng: torch.Generator, mask_id: int, late_ids: tuple[int, ...] = ()
+    logits: Tensor,
+    temperature: float,
+    rng: torch.Generator,
+    mask_id: int,
+    late_ids: tuple[int, ...] = (),
+    among: tuple[int, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Softmax]:
     """Each row's proposed token (never `mask_id`: argmax at temperature 0, else a sample from
     softmax(logits / T)), its probability under softmax(logits) (0 for `late_ids`, committed
-    last), and that softmax. One float64 (H, V) buffer at T = 0 and 1, two at other T."""
+    last), and that softmax. One float64 (H, V) buffer at T = 0 and 1, two at other T.
+
+    `among` (n, where): these rows are rows `where` (H,) of n rows proposed together; the generator
+    advances as for all n, and each row gets the number it would have had among them."""
     peak, best = logits.max(-1)  # (H,), (H,): the softmax's shift and the argmax in one pass
     soft = softmax64(logits, peak)
-    ids = draw(logits, soft, temperature, rng, mask_id, best)  # (H,)
+    ids = draw(logits, soft, temperature, rng, mask_id, best, among)  # (H,)
     conf = soft.probability(ids)  # (H,)
     if late_ids:
         conf = conf.masked_fill(torch.isin(ids, torch.tensor(late_ids, device=ids.device)), 0.0)
@@ -87,11 +95,17 @@ def propose(
 
 
 def draw(
-    logits: Tensor, soft: Softmax, temperature: float, rng: torch.Generator, mask_id: int, best: Tensor | None = None
+    logits: Tensor,
+    soft: Softmax,
+    temperature: float,
+    rng: torch.Generator,
+    mask_id: int,
+    best: Tensor | None = None,
+    among: tuple[int, Tensor] | None = None,
 ) -> Tensor:
     """(H,) a token per row, never `mask_id`: argmax at T = 0 (nothing drawn), else an exact sample
     from softmax(logits / T) by its inverse CDF, one uniform number per row, in float64. `best`: the
-    rows' argmax, when the caller has it."""
+    rows' argmax, when the caller has it; `among`: as for `propose`."""
     if temperature == 0:
         return argmax_without(logits, mask_id, best)
     if temperature == 1:
@@ -99,7 +113,11 @@ def draw(
     else:
         weights = logits.to(torch.float64, copy=True)  # (H, V)
         weights.sub_(weights.amax(-1, keepdim=True)).div_(temperature).exp_()
-    return inverse_cdf(weights, uniform(len(weights), rng, weights.device), mask_id)
+    if among is None:
+        u = uniform(len(weights), rng, weights.device)  # (H,)
+    else:
+        u = uniform(among[0], rng, weights.device)[among[1].to(weights.device)]  # (H,) of the n drawn
+    return inverse_cdf(weights, u, mask_id)
 
 
 def argmax_without(logits: Tensor, token: int, best: Tensor | None = None) -> Tensor:

@@ -255,6 +255,11 @@ class Revising(BaseDecoder):
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         raise NotImplementedError
 
+    def reads(self, holes: Tensor, current: Tensor, upto: Tensor) -> Tensor | None:
+        """(P,) bool: the rows whose ids, conf and kept `revise` reads (the others hold the canvas's token and 0),
+        given the Window's holes, current and upto; None: every row."""
+        return None
+
     def reopens(self, n_holes: int) -> int:
         """Tokens a decode of `n_holes` holes may reopen in all (the loop enforces it)."""
         return 0
@@ -304,7 +309,7 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
             calls += 1
             block = BlockState(number, len(runs), len(positions), step)
             rows = logits if gate is None else logits[span.to(logits.device)]  # (P, V)
-            window = _window(canvas, span, rows, decoder.temperature, rng, current, upto, block, calls)
+            window = _window(canvas, span, rows, decoder, rng, current, upto, block, calls)
             revision = decoder.revise(window, memory, rng)
             commit, scores, reopen = _checked(revision, window, budget)
             budget -= len(reopen)
@@ -326,7 +331,7 @@ def _window(
     canvas: Canvas,
     span: Tensor,
     rows: Tensor,
-    temperature: float,
+    decoder: Revising,
     rng: torch.Generator,
     current: Tensor,
     upto: Tensor,
@@ -334,17 +339,29 @@ def _window(
     calls: int,
 ) -> Window:
     device = rows.device  # rows: (P, V) the logits of the span
-    holes = canvas.holes[span].to(device)  # (P,)
-    ids, conf, soft = sampling.propose(rows, temperature, rng, canvas.mask_id)  # (P,), (P,)
-    tokens = torch.where(holes, ids, canvas.tokens[span].to(device))  # (P,) a hole's mask id may lie outside the logits
+    holes, current, upto = canvas.holes[span].to(device), current.to(device), upto.to(device)  # (P,) each
+    shown = canvas.tokens[span].to(device)  # (P,)
+    read = decoder.reads(holes, current, upto)  # (P,) bool or None
+    where = None if read is None or bool(read.all()) else read.nonzero().squeeze(-1)  # (R,) the rows proposed
+    among = None if where is None else (len(span), where)  # the generator still advances for every row
+    picked = rows if where is None else rows[where]  # (R, V)
+    ids, conf, soft = sampling.propose(picked, decoder.temperature, rng, canvas.mask_id, among=among)  # (R,), (R,)
+    at = holes if where is None else holes[where]  # (R,)
+    tokens = torch.where(at, ids, shown if where is None else shown[where])  # (R,) a hole's mask id may lie outside
     if (
         canvas.late_ids
     ):  # late ids are committed last: zero at holes only (a committed row's reading is a verdict, not an order)
-        conf = conf.masked_fill(holes & torch.isin(ids, torch.tensor(canvas.late_ids, device=device)), 0.0)
-    kept = soft.probability(tokens).masked_fill(holes, 0.0)  # (P,) one softmax for both readings
-    return Window(
-        rows, ids, conf, kept, holes, current.to(device), upto.to(device), block, calls, len(span), canvas.mask_id
-    )
+        conf = conf.masked_fill(at & torch.isin(ids, torch.tensor(canvas.late_ids, device=device)), 0.0)
+    kept = soft.probability(tokens).masked_fill(at, 0.0)  # (R,) one softmax for both readings
+    if where is not None:  # the rows not read: the canvas's token, probability 0
+        ids = shown.clone().index_copy_(0, where, ids)  # (P,)
+        conf, kept = spread(conf, where, len(span)), spread(kept, where, len(span))  # (P,) each
+    return Window(rows, ids, conf, kept, holes, current, upto, block, calls, len(span), canvas.mask_id)
+
+
+def spread(values: Tensor, where: Tensor, n: int) -> Tensor:
+    """(n,) zeros with `values` at rows `where`."""
+    return torch.zeros(n, dtype=values.dtype, device=values.device).index_copy_(0, where, values)
 
 
 def _checked(revision: Revision, window: Window, budget: int) -> tuple[Tensor, Tensor, Tensor]:

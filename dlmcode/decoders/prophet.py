@@ -42,6 +42,10 @@ class Prophet(Revising, Scheduled):
         for name in ("gap_early", "gap_mid", "gap_late"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
 
+    def reads(self, holes: Tensor, current: Tensor, upto: Tensor) -> Tensor:
+        """It commits holes only (the active block's, or every one left once settled: its gap reads the logits)."""
+        return holes
+
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         if self.settled(window):
             rows = window.holes.nonzero().squeeze(-1)

@@ -47,6 +47,10 @@ class Saber(Remasking):
         call may commit one token only, so the reopen budget counts too)."""
         return BaseDecoder.max_calls(self, n_holes) + (self.reopens(n_holes) if self.guard else 0)
 
+    def reads(self, holes: Tensor, current: Tensor, upto: Tensor) -> Tensor:
+        """It reads the blocks so far only."""
+        return upto
+
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         seen = window.conf.masked_fill(~window.upto, float("-inf"))  # (P,)
         last = memory.get("last", torch.zeros_like(seen))  # (P,)

@@ -52,6 +52,10 @@ class Wino(Remasking):
         check(self.accept_min >= 1, "accept_min", self.accept_min, "must be >= 1")
         check(self.accept_max >= self.accept_min, "accept_max", self.accept_max, "must be >= accept_min")
 
+    def reads(self, holes: Tensor, current: Tensor, upto: Tensor) -> Tensor:
+        """It commits and reopens in the active block only."""
+        return current
+
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         active = window.holes & window.current  # (P,)
         commit = self.wide_in(window.conf, active)
