@@ -52,8 +52,8 @@ DecoderName = Annotated[
     typer.Option(
         "--decoder",
         "-d",
-        help="decoder name (see `dlmcode decoders`) [default: the model family's own: renoise for DiffusionGemma, "
-        "low-confidence for the others]",
+        help="decoder name (see `dlmcode decoders`) [default: the model family's own (`dlmcode models`): dynamic "
+        "for SDAR and LLaDA2, subblocks for Fast-dLLM v2, renoise for DiffusionGemma, low-confidence for the others]",
     ),
 ]
 
