@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
 import sysconfig
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -263,8 +263,6 @@ def test_no_namespace_of_its_own_and_no_capabilities():
 def gone(pids: list[str], timeout: float = 30) -> bool:
     """Whether the processes `pids` have all exited, waiting on each one's pidfd (its exit, not a clock);
     `timeout` is a safety net only."""
-    import select
-
     for pid in pids:
         try:
             fd = os.pidfd_open(int(pid))
@@ -276,15 +274,6 @@ def gone(pids: list[str], timeout: float = 30) -> bool:
         finally:
             os.close(fd)
     return True
-
-
-def up(token: str, timeout: float = 30) -> list[str]:
-    """The processes whose command line holds `token`, once there are some. The jail lets nothing
-    out by design, so /proc is the only window to watch for the sample's start: this one wait polls."""
-    deadline = time.monotonic() + timeout
-    while not (found := alive(token)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return found
 
 
 def alive(token: str) -> list[str]:
@@ -317,10 +306,22 @@ def test_orphans_die_with_the_sample():
 
 
 BENCH_SCRIPT = """
+import subprocess, sys
 from dlmcode.bench import sandbox
 
+spawn = subprocess.Popen
+
+
+def popen(args, **kw):  # the sample's stdout: this script's own, a pipe the test reads (else a file in its home)
+    if kw.get("cwd") is not None and kw["cwd"].name == "sample":
+        kw["stdout"] = sys.stdout.fileno()
+    return spawn(args, **kw)
+
+
+subprocess.Popen = popen
 sleeper = ("import os, sys\\n"
-           "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)  # {token}'])\\n")
+           "os.execv(sys.executable, [sys.executable, '-c', "
+           "'import time; print(1, flush=True); time.sleep(60)  # {token}'])\\n")
 sandbox.run(sleeper, "def check(c):\\n    pass\\n", "f", sandbox.Limits(timeout=60), audit=False)
 """
 
@@ -330,11 +331,14 @@ def test_a_jail_dies_with_the_bench(tmp_path):
     token = uuid.uuid4().hex
     script = tmp_path / "bench.py"
     script.write_text(BENCH_SCRIPT.format(token=token))
-    bench = subprocess.Popen([sys.executable, str(script)])
-    sample = up(token)
-    assert sample  # the sample is up, sleeping
+    bench = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
+    assert select.select([bench.stdout], [], [], 60)[0]  # a safety net only: the wait is on the sleeper's line
+    assert bench.stdout.readline() == b"1\n"  # the sleeper is up (it printed after its exec)
+    sample = alive(token)
+    assert sample
     bench.kill()
     bench.wait()
+    bench.stdout.close()
     assert gone(sample)
     assert alive(token) == []
     left = homes_of(bench.pid)
