@@ -38,8 +38,10 @@ from ..bench.heldout import (
     make_tasks,
     sources,
 )
+from ..core.canvas import Decoder
 from ..jobs import fill
 from ..jobs.processors import Ban, Processor
+from ..jobs.wiring import make_decoder
 from ..models.base import Dlm
 from ..text import syntax
 
@@ -80,11 +82,11 @@ def run_task(
     task: Task,
     text: str,
     dlm: Dlm,
-    decoder: str,
+    decoder: str | Decoder,
     options: Mapping[str, Any] | None = None,
     processors: tuple[Processor, ...] = (),
 ) -> Outcome:
-    """Fill one task's hole with `decoder` and score it."""
+    """Fill one task's hole with `decoder` (a registry name with `options`, or one built) and score it."""
     target = text[task.start : task.end]
     truth = dlm.tokenizer.encode(target)
     if task.kind == "span":
@@ -134,7 +136,7 @@ def run_tasks(
     tasks: Iterable[Task],
     files: Mapping[str, str],
     dlm: Dlm,
-    decoder: str,
+    decoder: str | Decoder,
     options=None,
     processors: tuple[Processor, ...] = (),
 ) -> Iterator[Outcome]:
@@ -186,15 +188,16 @@ def evaluate(
     one_line_rule, "line" tasks are also run with line breaks banned ("<decoder> +one-line").
     `files` defaults to the held-out stdlib files; every record names its `source`."""
     files = heldout_files() if files is None else files
+    built = {name: make_decoder(name, options, None) for name, options in decoders.items()}  # once, for every task
     for kind, n in suite.items():
         tasks = make_tasks(files, kind, n, seed, dlm.tokenizer)
-        variants = [(name, options, ()) for name, options in decoders.items()]
+        variants = [(name, decoder, ()) for name, decoder in built.items()]
         if kind == "line" and one_line_rule:
-            variants += [(name, options, (one_line(dlm),)) for name, options in decoders.items()]
-        for i, (name, options, processors) in enumerate(variants):
+            variants += [(name, decoder, (one_line(dlm),)) for name, decoder in built.items()]
+        for i, (name, decoder, processors) in enumerate(variants):
             label = name + (" +one-line" if i >= len(decoders) else "")
             outcomes = []
-            for outcome in run_tasks(tasks, files, dlm, name, options, processors):
+            for outcome in run_tasks(tasks, files, dlm, decoder, None, processors):
                 outcomes.append(outcome)
                 yield {"event": "task", "source": source, "decoder": label, **asdict(outcome)}
             yield {"event": "summary", "source": source, "decoder": label, "kind": kind, **summarize(outcomes)}
