@@ -503,3 +503,15 @@ def test_the_guard_is_a_server_wide_setting_too(batch):
         "/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 20, "options": {"guard": False}}
     ).json()
     assert off["content"] == BROKEN  # per request, as any setting
+
+
+def test_the_decoder_the_server_builds_at_start_is_the_one_a_plain_request_decodes_with():
+    from dlmcode.cli.serve import served_decoder
+
+    dlm, _ = tiny_dlm(PREFIX, SCRIPT)
+    own = served_decoder("threshold", {"tau": "0.5"})
+    engine = Engine(dlm, "threshold", {"tau": "0.5"}, own=own)
+    assert engine.check(Fill(PREFIX, SUFFIX, ceiling=16)) is own  # built once: the check at start and the requests
+    assert own.tau == 0.5 and own.guard is True  # guarded, as a request is unless the server or it says no
+    other = engine.check(Fill(PREFIX, SUFFIX, ceiling=16, options={"tau": "0.7"}))
+    assert other is not own and other.tau == 0.7

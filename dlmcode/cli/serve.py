@@ -70,13 +70,11 @@ def serve(
 ) -> None:
     """Serve completions to editors: llama.cpp /infill, OpenAI /v1/completions, Ollama /api/generate."""
     with reported("the server stopped"), terminated_stops():
-        from .. import decoders
         from ..core.run import CacheSettings
         from ..text import syntax
 
         options = settings.parse_options(option if option is not None else ["block=8"])
-        if decoder is not None:  # a bad decoder or setting fails before the model loads
-            decoders.build(decoder, options)
+        own = None if decoder is None else served_decoder(decoder, options)  # a bad one fails before the model loads
         CacheSettings(cache, refresh=cache_refresh)
         lang_name = syntax.language_for(lang=lang) if lang else None
         if not 0 < port < 65536:
@@ -90,7 +88,7 @@ def serve(
         if decoder is None:  # the family's own decoder (DiffusionGemma's renoise): its published settings
             given = settings.parse_options(option)  # win over the default block=8, and -o over both
             decoder, options = dlm.decoder, {**options, **dlm.decoder_options, **given}
-            decoders.build(decoder, options)
+            own = served_decoder(decoder, options)
         if dlm.blocks is not None:  # a block family's exact cache stands behind every decode (models/blocks.py)
             cache, cache_refresh = "none", 0
         engine = server.Engine(
@@ -103,10 +101,21 @@ def serve(
             choice.name or "dlmcode",
             lines,
             batch,
+            own,
         )
         stopped_by = server.run(engine, host, port, api_key or None)
     if stopped_by is not None:
         stopped(stopped_by)
+
+
+def served_decoder(decoder: str, options: dict):
+    """The decoder a request that names no settings decodes with, built once: the server's check at start and its
+    requests share it (serve/engine.Engine.own)."""
+    from ..jobs.wiring import make_decoder
+    from ..serve.engine import served
+
+    name, texts = served(decoder, options)
+    return make_decoder(name, dict(texts), None)
 
 
 @contextlib.contextmanager

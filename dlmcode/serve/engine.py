@@ -89,10 +89,14 @@ class Engine:
     name: str = "dlmcode"  # the model name the protocols report
     lines: int = 1  # the length rule's line limit (length.py rule 3); 0: none
     batch: int = 1  # decodes sharing each model forward (queue.py); 1: one decode at a time, the model not routed
+    own: Decoder | None = field(default=None, repr=False)  # the decoder of a request that names no settings, built
+    # by the face before the model loaded (`served`); None: built at the first such request
     built: dict[tuple, Decoder] = field(default_factory=dict, init=False, repr=False)  # decoder_for's, by settings
 
     def __post_init__(self) -> None:
         check_batch(self.batch)
+        if self.own is not None:  # the face's check and every plain request share it
+            self.built[(*served(self.decoder, self.options), None)] = self.own
         if self.batch > 1:  # every model call of a decode joins the queue's next batched forward
             self.dlm = batching.batched(self.dlm)
 
@@ -110,11 +114,7 @@ class Engine:
             raise BadRequest(f"lines {req.lines}: give the most non-blank lines a fill may hold, or 0 for any")
         if req.time_ms is not None and req.time_ms < 0:
             raise BadRequest(f"t_max_predict_ms {req.time_ms}: give a time in ms >= 0 (0: no limit)")
-        name = req.decoder or self.decoder
-        options = {**self.options, **req.options} if req.decoder in (None, self.decoder) else dict(req.options)
-        if not (isinstance(name, str) and decoders.fixed(name, GUARD)):  # syntax-guard carries its own guard
-            options.setdefault(GUARD, self.options.get(GUARD, True))  # guarded unless the server or request says no
-        return self.decoder_for(name, tuple((k, text(v)) for k, v in options.items()), req.temperature)
+        return self.decoder_for(*served(self.decoder, self.options, req.decoder, req.options), req.temperature)
 
     def decoder_for(self, name: str, options: tuple[tuple[str, str], ...], temperature: float | None) -> Decoder:
         """The decoder these settings build (jobs/wiring.py, as every face builds one), built once: the check at
@@ -290,6 +290,19 @@ def reopens(decoder: Decoder, holes: int) -> bool:
     """Whether the decoder may take committed tokens back (a remasking one): then nothing is final before the end."""
     budget = getattr(decoder, "reopens", None)
     return budget is not None and budget(holes) > 0
+
+
+def served(
+    decoder: str, options: Mapping[str, Any], asked: str | None = None, asked_options: Mapping[str, Any] | None = None
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The decoder name and settings (as `-o` texts) a request decodes with, on a server of `decoder` and `options`:
+    the request's (`asked`, `asked_options`) over the server's where it names the server's decoder or none, and
+    guarded unless the server or the request says no (syntax-guard carries its own guard)."""
+    name = asked or decoder
+    merged = {**options, **(asked_options or {})} if asked in (None, decoder) else dict(asked_options or {})
+    if not (isinstance(name, str) and decoders.fixed(name, GUARD)):
+        merged.setdefault(GUARD, options.get(GUARD, True))
+    return name, tuple((k, text(v)) for k, v in merged.items())
 
 
 def text(value: Any) -> str:
