@@ -119,65 +119,8 @@ def with_seeds(req: Fill, n: int) -> list[Fill]:
 
 
 def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
+    """The app of one Engine: the routes of the three protocols, and the queue closed when the server stops."""
     server = Server(engine, Queue(engine), api_key)
-
-    async def infill(request: Request, data: dict[str, Any]) -> Response:
-        return await llama_answer(request, data, llamacpp.infill(data))
-
-    async def completion(request: Request, data: dict[str, Any]) -> Response:
-        return await llama_answer(request, data, llamacpp.completion(data))
-
-    async def llama_answer(request: Request, data: dict[str, Any], req: Fill) -> Response:
-        fields, n = llamacpp.response_fields(data), llamacpp.n_cmpl(data)
-        if body.boolean(data, "stream", False):  # llama.cpp streams the first completion
-            return await server.stream(request, [req], llamacpp.shape(engine, req.ceiling), SSE)
-        answers = await server.fills(request, with_seeds(req, n))
-        shaped = [llamacpp.render(a, engine, fields, i, req.ceiling) for i, a in enumerate(answers)]
-        return JSONResponse(shaped[0] if n == 1 else shaped)
-
-    async def v1_completions(request: Request, data: dict[str, Any]) -> Response:
-        req, n = openai.completion(data), openai.count(data)
-        if body.boolean(data, "stream", False):
-            return await server.stream(request, with_seeds(req, n), openai.shape(engine), SSE)
-        answers = await server.fills(request, with_seeds(req, n))
-        return JSONResponse(openai.render(answers, engine))
-
-    async def api_generate(request: Request, data: dict[str, Any]) -> Response:
-        req = ollama.generate(data)
-        if body.boolean(data, "stream", True):  # Ollama streams unless told not to
-            return await server.stream(request, [req], ollama.shape(engine), "application/x-ndjson")
-        answer = (await server.fills(request, [req]))[0]
-        return JSONResponse(ollama.render(answer, engine))
-
-    def get(payload: Callable[[], Any]):
-        async def handler(request: Request, data: dict[str, Any]) -> Response:
-            return JSONResponse(payload())
-
-        return handler
-
-    async def root(request: Request, data: dict[str, Any]) -> Response:
-        return PlainTextResponse("dlmcode is running")
-
-    routes = [
-        Route("/infill", route(server, llamacpp.error, infill), methods=["POST"]),
-        Route("/completion", route(server, llamacpp.error, completion), methods=["POST"]),
-        Route("/completions", route(server, llamacpp.error, completion), methods=["POST"]),
-        Route("/health", route(server, llamacpp.error, get(llamacpp.health), post=False), methods=["GET"]),
-        Route(
-            "/props", route(server, llamacpp.error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]
-        ),
-        Route(
-            "/models", route(server, llamacpp.error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]
-        ),
-        Route("/v1/completions", route(server, openai.error, v1_completions), methods=["POST"]),
-        Route(
-            "/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]
-        ),
-        Route("/api/generate", route(server, ollama.error, api_generate), methods=["POST"]),
-        Route("/api/tags", route(server, ollama.error, get(lambda: ollama.tags(engine)), post=False), methods=["GET"]),
-        Route("/api/version", route(server, ollama.error, get(ollama.version), post=False), methods=["GET"]),
-        Route("/", route(server, llamacpp.error, root, post=False), methods=["GET", "HEAD"]),
-    ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return shape_of(request.url.path)(f"no route {request.method} {request.url.path}", 404)
@@ -190,6 +133,86 @@ def make_app(engine: Engine, api_key: str | None = None) -> Starlette:
         yield
         server.queue.close()  # Ctrl-C: requests still waiting are dropped, those decoding stop at their next call
 
+    routes = llamacpp_routes(server) + openai_routes(server) + ollama_routes(server)
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed}, lifespan=lifespan)
     app.state.server = server
     return app
+
+
+def get(payload: Callable[[], Any]) -> Callable[[Request, dict[str, Any]], Awaitable[Response]]:
+    """A GET route's handler that answers `payload()` as JSON."""
+
+    async def handler(request: Request, data: dict[str, Any]) -> Response:
+        return JSONResponse(payload())
+
+    return handler
+
+
+def llamacpp_routes(server: Server) -> list[Route]:
+    """llama.cpp's: /infill (llama.vim, llama.vscode), /completion(s), /health, /props, /models, and `/`."""
+    engine = server.engine
+
+    async def infill(request: Request, data: dict[str, Any]) -> Response:
+        return await answer(request, data, llamacpp.infill(data))
+
+    async def completion(request: Request, data: dict[str, Any]) -> Response:
+        return await answer(request, data, llamacpp.completion(data))
+
+    async def answer(request: Request, data: dict[str, Any], req: Fill) -> Response:
+        fields, n = llamacpp.response_fields(data), llamacpp.n_cmpl(data)
+        if body.boolean(data, "stream", False):  # llama.cpp streams the first completion
+            return await server.stream(request, [req], llamacpp.shape(engine, req.ceiling), SSE)
+        answers = await server.fills(request, with_seeds(req, n))
+        shaped = [llamacpp.render(a, engine, fields, i, req.ceiling) for i, a in enumerate(answers)]
+        return JSONResponse(shaped[0] if n == 1 else shaped)
+
+    async def root(request: Request, data: dict[str, Any]) -> Response:
+        return PlainTextResponse("dlmcode is running")
+
+    error = llamacpp.error
+    return [
+        Route("/infill", route(server, error, infill), methods=["POST"]),
+        Route("/completion", route(server, error, completion), methods=["POST"]),
+        Route("/completions", route(server, error, completion), methods=["POST"]),
+        Route("/health", route(server, error, get(llamacpp.health), post=False), methods=["GET"]),
+        Route("/props", route(server, error, get(lambda: llamacpp.props(engine)), post=False), methods=["GET"]),
+        Route("/models", route(server, error, get(lambda: llamacpp.models(engine)), post=False), methods=["GET"]),
+        Route("/", route(server, error, root, post=False), methods=["GET", "HEAD"]),
+    ]
+
+
+def openai_routes(server: Server) -> list[Route]:
+    """OpenAI's: /v1/completions and /v1/models."""
+    engine = server.engine
+
+    async def v1_completions(request: Request, data: dict[str, Any]) -> Response:
+        req, n = openai.completion(data), openai.count(data)
+        if body.boolean(data, "stream", False):
+            return await server.stream(request, with_seeds(req, n), openai.shape(engine), SSE)
+        answers = await server.fills(request, with_seeds(req, n))
+        return JSONResponse(openai.render(answers, engine))
+
+    return [
+        Route("/v1/completions", route(server, openai.error, v1_completions), methods=["POST"]),
+        Route(
+            "/v1/models", route(server, openai.error, get(lambda: openai.models(engine)), post=False), methods=["GET"]
+        ),
+    ]
+
+
+def ollama_routes(server: Server) -> list[Route]:
+    """Ollama's: /api/generate, /api/tags and /api/version."""
+    engine = server.engine
+
+    async def api_generate(request: Request, data: dict[str, Any]) -> Response:
+        req = ollama.generate(data)
+        if body.boolean(data, "stream", True):  # Ollama streams unless told not to
+            return await server.stream(request, [req], ollama.shape(engine), "application/x-ndjson")
+        answer = (await server.fills(request, [req]))[0]
+        return JSONResponse(ollama.render(answer, engine))
+
+    return [
+        Route("/api/generate", route(server, ollama.error, api_generate), methods=["POST"]),
+        Route("/api/tags", route(server, ollama.error, get(lambda: ollama.tags(engine)), post=False), methods=["GET"]),
+        Route("/api/version", route(server, ollama.error, get(ollama.version), post=False), methods=["GET"]),
+    ]
