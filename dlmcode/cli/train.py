@@ -41,6 +41,7 @@ def train(
 
 
 # Its flags mirror `train`'s (an -o for its own config, --export): two configs, each flag's help names its own.
+# train-assistant takes train's flags (-o, --export, --quiet) with its own help: one Typer parameter each
 @app.command(name="train-assistant", cls=Command)
 def train_assistant(
     model: Model = None,

@@ -96,19 +96,14 @@ def prepare_infill(
     `cache` (none, prefix, dual) and `cache_refresh` set the KV cache (models/cache.py).
     The keyword arguments are a RunSettings' fields (run.py); infill_job takes one.
     """
-    # the keywords as one run's settings, checked there; prepare_infill, prepare_generate and prepare_middle (the
-    # Python API's three doors) each map their own keywords, so each writes them out
-    run = RunSettings(
-        decoder=decoder,
-        options=options,
-        length=length,
-        seed=seed,
-        temperature=temperature,
-        lang=lang,
-        cache=cache,
-        cache_refresh=cache_refresh,
-    )
+    run = api_settings(decoder, options, length, seed, temperature, lang, cache, cache_refresh)
     return infill_job(source, span, default_model(dlm), run)
+
+
+def api_settings(decoder, options, length, seed, temperature, lang, cache, cache_refresh) -> RunSettings:
+    """The Python API's keywords (prepare_infill, prepare_generate, prepare_middle: they type them) as one run's
+    settings, checked there."""
+    return RunSettings(**locals())  # the parameters are RunSettings' fields, by name
 
 
 def infill_job(source: str, span: tuple[int, int] | None, dlm: Dlm, run: RunSettings) -> Job:
@@ -177,18 +172,7 @@ def prepare_generate(
 
     The keyword arguments but chat, raw and eos are a RunSettings' fields (run.py); generate_job takes one.
     """
-    # the keywords as one run's settings, checked there; prepare_infill, prepare_generate and prepare_middle (the
-    # Python API's three doors) each map their own keywords, so each writes them out
-    run = RunSettings(
-        decoder=decoder,
-        options=options,
-        length=length,
-        seed=seed,
-        temperature=temperature,
-        lang=lang,
-        cache=cache,
-        cache_refresh=cache_refresh,
-    )
+    run = api_settings(decoder, options, length, seed, temperature, lang, cache, cache_refresh)
     return generate_job(prompt, default_model(dlm), run, chat=chat, raw=raw, eos=eos)
 
 
@@ -296,18 +280,7 @@ def prepare_middle(
     fill at the first (Result.ids); without them the holes hold code only. `client`: the guard judges, and
     breakage measures, the text the server's client splices (Client).
     """
-    # the keywords as one run's settings, checked there; prepare_infill, prepare_generate and prepare_middle (the
-    # Python API's three doors) each map their own keywords, so each writes them out
-    run = RunSettings(
-        decoder=decoder,
-        options=options,
-        length=length,
-        seed=seed,
-        temperature=temperature,
-        lang=lang,
-        cache=cache,
-        cache_refresh=cache_refresh,
-    )
+    run = api_settings(decoder, options, length, seed, temperature, lang, cache, cache_refresh)
     raw = default_model(dlm)
     built, model = decoding(raw, run)
     plan_for = functools.partial(spans.plan_middle, prefix, suffix, model.vocab)

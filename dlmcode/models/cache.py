@@ -86,6 +86,7 @@ class RowsKV:
         return RowsLayerKV(self, i)
 
 
+# RowsKV and RowsLayerKV mirror KV and LayerKV (the same two-class shape, one cache a row): attention asks each the same
 @dataclass(frozen=True)
 class RowsLayerKV:
     rows: RowsKV

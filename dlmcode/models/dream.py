@@ -112,6 +112,7 @@ def adapt(
 ) -> Dlm:
     """The Dlm around a Dream-family model: hf.adapt with Dream's published ids, its pad token, and its context cap."""
     context = min(int(config.get("max_position_embeddings") or DREAM_CONTEXT), DREAM_CONTEXT)
+    # every hf family calls hf.adapt with its own published ids (llada.adapt's call alike in shape)
     dlm = hf.adapt(
         path,
         config,

@@ -27,6 +27,7 @@ class Family:
 
 
 # A table, one row a family, written out field by field (LLaDA's and Dream's rows differ only in name and models).
+# one row a family, its fields positional as a table's columns: the rows are alike in shape by design
 ROWS = (
     Family("builtin", "the shipped model (default)", "full", "mask", "low-confidence", "native", "dlmcode", "its own"),
     Family(

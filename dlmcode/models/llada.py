@@ -57,6 +57,7 @@ def adapt(
 ) -> Dlm:
     """The Dlm around a LLaDA model: hf.adapt with LLaDA's published ids and its config.json's context."""
     context = int(config.get("max_sequence_length") or config.get("max_position_embeddings") or LLADA_CONTEXT)
+    # every hf family calls hf.adapt with its own published ids (dream.adapt's call alike in shape)
     return hf.adapt(
         path,
         config,

@@ -49,6 +49,7 @@ class DreamConfig:
         hidden, n_heads = int(need(c, "hidden_size")), int(need(c, "num_attention_heads"))
         if hidden % n_heads:
             raise NotNative(f"hidden_size {hidden} is not a multiple of num_attention_heads {n_heads}")
+        # each native family reads its own config.json keys into its own record (native_llada.py's alike in shape)
         return cls(
             hidden=hidden,
             n_layers=int(need(c, "num_hidden_layers")),

@@ -63,6 +63,7 @@ class LladaConfig:
             raise NotNative(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
         bias = bool(c.get("include_bias", False))
         norm_bias = c.get("bias_for_layer_norm")
+        # each native family reads its own config.json keys into its own record (native_dream.py's alike in shape)
         return cls(
             d_model=d_model,
             n_layers=int(need(c, "n_layers")),

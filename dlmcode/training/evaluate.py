@@ -311,6 +311,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     return summaries
 
 
+# starts as every python -m training module does (train.py says how; train_assistant's alike in shape)
 def command(
     settings: Annotated[
         list[str] | None,
