@@ -277,6 +277,21 @@ def test_speed_times_the_remasking_and_early_commit_decoders(tiny_dlm):
     assert "reopened" in speed.summary(rows, tiny_dlm, cfg)["rows"][1]
 
 
+def test_speed_builds_each_decoder_once_for_every_length(tiny_dlm, monkeypatch):
+    from dlmcode.bench import speed
+    from dlmcode.bench.speed import timed
+
+    made, real = [], timed.make_decoder
+    monkeypatch.setattr(timed, "make_decoder", lambda name, *a, **k: made.append(name) or real(name, *a, **k))
+    cfg = speed.SpeedConfig(lengths=(12, 20), gen=8, block=4, caches=(), names=("threshold",))
+    rows = speed.run(tiny_dlm, cfg)
+    assert made == ["low-confidence", "threshold"]  # not once per length
+    assert [(r.prompt, r.decoder) for r in rows] == [(p, d) for p in (12, 20) for d in ("low-confidence", "threshold")]
+    # the decoder kept from the first length decodes the second exactly as a fresh one does
+    fresh = speed.run(tiny_dlm, dataclasses.replace(cfg, lengths=(20,)))
+    assert [(r.calls, r.tpf) for r in rows[2:]] == [(r.calls, r.tpf) for r in fresh]
+
+
 def test_speed_gives_every_decoder_the_same_holes_per_call():
     from dlmcode.bench import speed
 

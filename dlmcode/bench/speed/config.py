@@ -45,7 +45,7 @@ class SpeedConfig:
         for mode in self.caches:
             CacheSettings(mode)  # a UsageError naming a bad mode
         for name in self.names:
-            decoders.build(name)  # a UsageError naming an unknown decoder
+            decoders.registered(name)  # a UsageError naming an unknown decoder; nothing is built to check it
 
     @property
     def modes(self) -> list[str]:

@@ -300,17 +300,22 @@ def stream(dlm: Dlm, cfg: SpeedConfig) -> Iterator[Row | Next | str]:
     """Rows as they are measured, each announced by a Next (and a note for each decoder that
     cannot run); the baseline leads each length."""
     warmed: set[str] = set()
+    built: dict[str, decoders.Decoder | DlmcodeError] = {}  # each decoder built once, for every length
     number, modes = 0, modes_for(dlm, cfg)
     total = len(cfg.lengths) * len(cfg.decoder_names) * len(modes)
     for length in cfg.lengths:
         start, base = canvas(dlm, length, cfg.gen), None
         warm_up(dlm, start)
         for name in cfg.decoder_names:
-            try:
-                decoder = make_decoder(name, cfg.block, dlm, cfg.guard)
-            except DlmcodeError as err:
+            if name not in built:
+                try:
+                    built[name] = make_decoder(name, cfg.block, dlm, cfg.guard)
+                except DlmcodeError as err:
+                    built[name] = err
+            decoder = built[name]
+            if isinstance(decoder, DlmcodeError):
                 number += len(modes)  # its items are skipped, not left to do
-                yield f"skipping {name}: {err}"
+                yield f"skipping {name}: {decoder}"
                 continue
             for mode in modes:
                 number += 1
