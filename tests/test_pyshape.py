@@ -23,6 +23,9 @@ def errors(text: str) -> int:
         ("x = 1\nelse:\n    y = 2\n", 1),  # a continuation after a plain statement
         ("def f():\nx = 1\n", 1),  # a head without its body
         ("for x in y:\n    pass\nexcept E:\n    pass\n", 1),  # except after a loop
+        ("def f(x):\n    if x: a = 1\n    else: a = 2\n    return a\n", 0),  # a compound statement on one line
+        ("try: a = 1\nexcept E: pass\n", 0),
+        ("x = 1\nif x:\n    return x\n", 1),  # return outside a function, the replay seeing the top level
     ],
 )
 def test_the_replay_counts_what_cpython_refuses(text, bad):

@@ -133,7 +133,8 @@ def _starts(code: str) -> tuple[tuple[str, Line], ...]:
     make (its indentation left to the caller), in the order tried (those that parse)."""
     opens = _openers(code)
     out = []
-    for start in (s + opens + x for s in TAILS for x in ("", "x")) if opens else TAILS:
+    within = (opens, opens[0] + "x for x in " + opens[1:]) if opens else ()  # `[x for x in (x` | `y) if f(x)]`
+    for start in (s + o + x for s in TAILS for o in within for x in ("", "x")) if opens else TAILS:
         start = start + " " if start and start[-1] not in "([{." else start
         if parses(start + code):
             out.append((start, Line("", start + code)))

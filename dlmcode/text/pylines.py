@@ -86,13 +86,14 @@ class Shape:
     blocks: list[Block] = field(default_factory=list)
     base: str | None = None
     errors: int = 0
+    inline: tuple[str, str] | None = None  # the last line, when a compound statement on one line: (indent, kind)
 
     def copy(self) -> Shape:
-        return Shape(list(self.blocks), self.base, self.errors)
+        return Shape(list(self.blocks), self.base, self.errors, self.inline)
 
     def key(self) -> tuple:
         """What a replay from here depends on (everything but the errors counted so far)."""
-        return self.base, tuple(self.blocks)
+        return self.base, tuple(self.blocks), self.inline
 
     @property
     def waiting(self) -> bool:
@@ -124,8 +125,12 @@ class Shape:
                 self.errors += 1
                 self.blocks.pop()
             prev = self.dedent(d, word)
+        if word == "return" and self.base == "" and not any(b.kind in ("def", "async") for b in self.blocks):
+            self.errors += 1  # `return` outside a function (known only when the replay began at the top level)
+        kind = kind_of(word, prev)
         if line.head:
-            self.blocks.append(Block(d, kind_of(word, prev)))
+            self.blocks.append(Block(d, kind))
+        self.inline = (d, kind) if kind and not line.head else None  # a compound statement on one line
         return self
 
     def dedent(self, d: str, word: str) -> Block | None:
@@ -144,6 +149,8 @@ class Shape:
             self.base = level = d  # the window began inside blocks it cannot see: they close here
         if len(d) != len(level):
             self.errors += 1
+        if prev is None and self.inline is not None and self.inline[0] == d:  # `if x: y` then `else: z`
+            prev = Block(d, self.inline[1])
         if word in CONTINUATIONS and (prev is None or word not in NEXT.get(prev.kind, ())):
             self.errors += 1
         return prev

@@ -45,7 +45,7 @@ HEADS = ("", " x", "x", "()", "():", "(x)", ":", " x:", " = x", "x = x", " x()")
 
 
 @functools.lru_cache(maxsize=1024)
-def bridges(before: str, after: str, limit: int = 8) -> tuple[tuple[str, str], ...]:
+def bridges(before: str, after: str, limit: int = 16) -> tuple[tuple[str, str], ...]:
     """(start, end) pairs a hole between `before` and `after` may hold around its padding, shortest first:
     the rest of the cut line and the lines between (start), then the start of the line the hole ends in
     (end), such that the code after replays with no new error."""
@@ -129,20 +129,24 @@ def code_end(text: str, at: int) -> int:
     return max(line, 0)
 
 
-def inline(before: str, after: str, quote: str = "") -> tuple[tuple[str, str], ...]:
+def inline(before: str, after: str, quote: str = "", outer: str = "") -> tuple[tuple[str, str], ...]:
     """(start, end) pairs for a hole inside one statement (brackets open at the hole, or the code after it
     starting inside a string of `quote`), such that the statement parses on its own: the innermost
-    brackets' item around the hole, with the outer brackets as bare openers and closers."""
+    brackets' item around the hole, with the outer brackets as bare openers and closers. `outer`: the
+    brackets open at the hole in the whole text, for a window that begins inside them (a long literal)."""
     head = reading(before[code_start(before, len(before) - WINDOW) :]).item()
     if head is None:
         return ()
     openers, fragment = head
-    tail = _rest(mask(quote + after[: code_end(after, AFTER)]), len(openers))
+    if len(outer) > len(openers) and outer.endswith(openers):
+        openers = outer
+    tail = _rest(mask(quote + after[: code_end(after, AFTER)]), len(openers), openers[-1:])
     if tail is None or not (openers or quote or _openers(tail)):
         return ()
     out = []
     lead = "x = " + openers if openers else ""
-    for start, end in (QUOTED if quote else ()) + INLINE:
+    opened = tuple((s + _openers(tail), "") for s in (" x: ", "x: ", " x", "")) if _openers(tail) else ()
+    for start, end in (QUOTED if quote else ()) + opened + INLINE:
         if parses(lead + fragment + start + end + tail + _closers(openers)):
             out.append((start, end + quote))
             if len(out) >= 3:
@@ -177,17 +181,18 @@ INLINE = (  # expression pieces a hole inside brackets may hold around its paddi
 QUOTED = ((":", ""), (",", ""), (" +", ""))  # first when the code after starts inside a string: a dict's key cut
 
 
-def _rest(masked: str, depth: int) -> str | None:
+def _rest(masked: str, depth: int, inner: str = "") -> str | None:
     """The text after the hole to the end of the innermost item (the next comma at its depth, or its closer),
-    then nothing more: the closers of the outer brackets are added by the caller."""
+    then nothing more: the closers of the outer brackets are added by the caller. A closer that does not
+    close `inner` (the innermost open bracket) is the item's own: the hole opens it."""
     level = 0
     for i, ch in enumerate(masked):
         if ch in "([{":
             level += 1
         elif ch in ")]}":
-            if level == 0 and depth:
+            if level == 0 and depth and (not inner or ch == ")]}"["([{".index(inner)]):
                 return masked[:i]
-            level -= 1
+            level -= level > 0
         elif ch == "," and level == 0 and depth:
             return masked[:i]
         elif ch == "\n" and level <= 0 and not depth:
