@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -218,3 +219,13 @@ def first_witness(
                 else:
                     choice[i] = keep
     return assemble() if best == 0 else None
+
+
+@dataclass(frozen=True)
+class Filler:
+    """Text that fits a hole of any length from a minimum up: `pre`, then `unit` m times, then `post`."""
+
+    pre: str
+    unit: str  # one token's text, repeated to reach the hole's length ("" with blank: the plan's pad)
+    post: str
+    least: int = 0  # m at least
