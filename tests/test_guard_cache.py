@@ -224,7 +224,7 @@ def test_a_scan_resumed_from_a_remembered_prefix_finds_what_a_fresh_scan_finds()
     rnd = random.Random(11)
     texts = sources()
     patterns = [
-        (guard.STRINGS, ("'''", '"""', "/*"), 0),
+        (guard.STRINGS, ("'''", '"""', "/*", "`"), 0),
         (pyshape.MASK, ("'''", '"""'), 1),
         (guard.LEXED["python"], (), 0),
         (guard.LEXED["c"], (), 0),
@@ -288,7 +288,7 @@ def test_the_guard_s_literal_and_bracket_reads_answer_as_a_fresh_read_of_the_who
 def test_a_string_continued_by_an_escaped_line_break_is_read_again_when_its_closer_comes():
     from dlmcode.text import scans
 
-    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), literals._push, ())
+    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*", "`"), literals._push, ())
     for text in ("a = ('x\\\nb", "a = ('x\\\nb')", "a = ('x\\\nb)"):  # the quote's attempt reads past the line break
         assert scan.scan(text).spans == [m.span() for m in guard.STRINGS.finditer(text)], text
         assert list(scan.scan(text).state) == brackets_open(text), text
@@ -338,7 +338,7 @@ def test_each_thread_remembers_its_own_replays_and_scans():
     from dlmcode.text import scans
 
     rest = tuple(pyshape.lines("    x = 1\nelse:\n    y = 2\n"))
-    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*"), literals._push, ())
+    scan = scans.Prefixes(guard.STRINGS, ("'''", '"""', "/*", "`"), literals._push, ())
     mine = pyahead._ahead(rest)
     scan.scan("a = (1,\nb = 2\n")
     seen = {}

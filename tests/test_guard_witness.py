@@ -127,6 +127,108 @@ C_FAMILY = [
 ]
 
 
+LONG_DICT = "aliases = {\n" + "".join(f"    'k{i:04d}':                 'value{i:04d}',\n" for i in range(700))
+PYTHON += [  # issue 26's fourth round: the attack classes' and heldout-span's last give-ups
+    (  # xdrlib.py: a docstring closed, then a method's head; a one-line `if x: y` and its `else: z` below
+        'class Error(Exception):\n    """Exception class.\n\n    Public ivars:\n        msg -- the message\n\n ',
+        '   """\n    def __init__(self, msg):',
+        "\n        self.msg = msg\n\n\nclass Packer:\n    def pack_bool(self, x):\n"
+        "        if x: self.write(1)\n        else: self.write(0)\n",
+    ),
+    (  # uu.py: a `try:` line whose `finally` is more than 40 lines below, under a deeper block above
+        "def f(in_file):\n    opened = []\n    if in_file:\n        opened.append(in_file)\n\n",
+        "    try:",
+        "\n        while True:\n"
+        + "".join(f"            x{i} = {i}\n" for i in range(45))
+        + "    finally:\n        pass\n",
+    ),
+    (  # locale.py: a dict's key cut in a literal that began more than 16,000 characters above
+        LONG_DICT + "    'zh_hk':                    'zh_HK.big5hkscs',\n ",
+        "   'zh_hk.big5hk':    ",
+        "                 'zh_HK.big5hkscs',\n    'zh_sg':                    'zh_SG.GB2312',\n}\n",
+    ),
+    (  # imaplib.py: a dict's value cut inside a string of a tuple: key, colon, bracket and quote
+        "commands = {\n    'AUTH':     ('AUTH',),\n    'UID':      ('SELECTED',),",
+        "\n    'UNSUB':    ('AUTH', 'SELECTED",
+        "'),\n    'UNSELECT': ('SELECTED',),\n    }\n",
+    ),
+    (  # multiprocessing/util.py: from inside a comment to inside a word of a comprehension's iterable
+        "def f(registry):\n    # list(_finalizer_registry) should be atomic",
+        ", while\n    # list(x.items()) is not.\n    keys = [key for key in list(_fin",
+        "alizer_registry) if f(key)]\n    keys.sort(reverse=True)\n    return keys\n",
+    ),
+]
+PYTHON.append(
+    (  # multiprocessing/util.py, tab-indented: a function's head before the docstring the code after is inside of
+        "class F:\n\tdef r(self):\n\t\tif self.x:\n\t\t\tx = 1\n\t\treturn x\n\n\n",
+        "def run(minpriority=None):\n\t'''\n\tRun all finalizers",
+        "\n\n\tFinalizers first.\n\t'''\n\tif registry is None:\n\t\treturn\n\tkeys = [1]\n",
+    )
+)
+
+C_FAMILY += [  # issue 26's fourth round: preprocessor lines, structs, template literals, comments
+    ("c", "#ifndef _X_H\n#define _X_H\nstruct s {\n\tint x;\n};\n\n", "#endif", "\n"),
+    ("c", "#ifndef _X_H\n#define _X_H\nenum e {\n\tA,\n\tB\n", "};\n#define E_MA", "X (B - 1)\n\n#endif\n"),
+    ("c", "#ifndef _X_H\n#define _X_H\nstruct s {\n\tint x;\n}", ";\n#endif /* _X_", "H */\n"),
+    ("c", "#ifndef _X_H\n#define _X_H\nstruct s {\n\tint x;\n};\n", "\n#endif /", "*_X_H*/\n"),
+    ("c", "#ifndef _X_H\n#define _X_H\nstruct s {\n\tint x;\n};\n", "\n#endif /* _X_H *", "/\n"),
+    ("c", "struct s {\n\tint op;\n\tunion {\n\t", "\tstruct {", "\n\t\t\tint ect;\n\t\t} tcp;\n\t} proto;\n};\n"),
+    (
+        "c",
+        "struct s {\n\tunion {\n\t\tstruct {\n\t\t\tint p;\n\t",
+        "\t} random;",
+        "\n\t\tstruct {\n\t\t\tint n;\n\t\t} nth;\n\t} u;\n};\n",
+    ),
+    ("c", "struct s {\n\tint patlen;\n\tunion {\n\t", "\tstruct", " {\n\t\t\tint invert;\n\t\t} v0;\n\t} u;\n};\n"),
+    (
+        "c",
+        "struct s {\n\tunion {\n\t\tint f[2];\n\t\tstruct {\n\t",
+        "\t\tint g[DI",
+        "M_MAX];\n\t\t\tint dim;\n\t\t} c;\n\t} u;\n};\n",
+    ),
+    ("c", "#define A 1\n\n", "#define FLAGS (A \\", "\n\t\t| B \\\n\t\t| C)\n\nint x;\n"),
+    ("cpp", "struct d {\n  d(int* p)\n    : m_p(p)\n    ", "  { }", "\n\n  int* m_p;\n};\n"),
+    ("javascript", "const a = [\n  `${files}\\\\Python${maj", "orMinor}-32\\", "\\python.exe`\n]\n"),
+    (
+        "javascript",
+        "const o = {\n  headers: {\n    'User-Agent': `node ${process.ve",
+        "rsion}`,\n    Conn",
+        "ection: 'keep-alive'\n  }\n}\n",
+    ),
+    (
+        "javascript",
+        "function f () {\n  // The `npm_conf",
+        "ig_` keys.\n  con",
+        "st x = /^npm_config_/i\n  return x\n}\n",
+    ),
+    (
+        "javascript",
+        "function f () {\n  // See the docs\n ",
+        "   // - `npm_config_<key>` f",
+        "or values\n  //   in package.json.\n  return 1\n}\n",
+    ),
+    ("javascript", "function f (v) {\n  v.a = 1\n ", " if (v.targe", "t_arch === 'arm64') {\n    v.b = 2\n  }\n}\n"),
+    (
+        "javascript",
+        "function f (r) {\n  log.verbose('need to download `' + r.name + '",
+        ".lib`...')\n",
+        "  const dir = r.dir\n  return dir\n}\n",
+    ),
+    (
+        "javascript",
+        "f(\n  { name: 'clean', args: [] }\n  , { name: 'configure', args: [] }\n ",
+        " , { name: 'buil",
+        "d', args: [] }\n)\n",
+    ),
+    (
+        "javascript",
+        "const C = {\n  wrap: (str, codes) => {\n    return `\\x1b[${c",
+        "odes.join(';')}m${str}\\x1b[0m`\n  },",
+        "\n  inverse: 7,\n  fg: {\n    black: 30\n  }\n}\n",
+    ),
+]
+
+
 @pytest.mark.parametrize("prompt, canonical, suffix", PYTHON)
 def test_python_cuts_get_a_first_witness_that_compiles(prompt, canonical, suffix, shipped):
     text = witness_text(shipped, prompt, canonical, suffix, "python")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from .literals import CLOSE, CONTEXT, OPEN, STRINGS, openers_of
+from .literals import CLOSE, CONTEXT, OPEN, STRINGS, _open_stack, _unopened, balance, openers_of
 from .witness import Filler
 
 C_LIKE = {"c", "cpp", "java", "javascript", "typescript", "tsx", "go", "rust"}
@@ -22,6 +22,7 @@ C_BODIES = (
     Filler("x;/*", "x", "*/"),
     Filler("x/*", "x", "*/"),
     Filler("{/*", "x", "*/}"),
+    Filler("{", " ", "}"),
 )
 
 
@@ -65,10 +66,29 @@ def c_more(
             out += [Filler("", " ", "\\"), Filler(" x", " ", " \\")] if after.startswith("\n") else []
         if after.split("\n", 1)[0].strip() and re.search(r"^[ \t]*#[ \t]*\w", after[:400], re.M):
             out.append(Filler(lead, " ", "#define x"))  # a macro's name the hole cut, among other macros
+    word = re.match(r"\w", after) is not None  # the code after starts inside a word
+    # `balance` makes up the difference in count; where code after the hole miscounts (a regex literal, a template
+    # in a template), the brackets innermost at the hole may be the ones to close: one or two of them
+    stack = _open_stack(before + inside) if inside in ("`", "'", '"') else []
+    closes = dict.fromkeys([close] + ["".join(CLOSE[OPEN.index(b)] for b in reversed(stack[-k:])) for k in (1, 2)])
     if inside == "`":
         template = before[before.rfind("`") + 1 :]
         if template.rfind("${") > template.rfind("}"):  # inside a `${...}`: close it, then the literal
-            out += [Filler("", "x", "}`" + close), Filler("", "x", "}`"), Filler("", "x", "}`;")]
+            ends = ["}`" + close, "}`", "}`;", "}"] + [e for c in closes for e in ("}`" + c + ",", "}`" + c + "\n")]
+            ends += ["}`" + close + ",\nx", "}`" + close + "\nx"] if word else []  # then a name the code after ends
+            out += [Filler("", "x", e) for e in dict.fromkeys(ends)]
+    if inside in ("`", "'", '"'):  # the literal, then what closes the line: the code after starts a new one
+        out += [Filler("", "x", inside + c + "\n") for c in closes]
+    if lang in ("c", "cpp"):  # a member's struct: its head, its `};`, a declaration around the brackets it opens
+        out += [Filler("", " ", "struct {")] if opens == "{" and not inside else []
+        out += [Filler("", " ", close + ";"), Filler("", " ", close + " x;")] if close.endswith("}") else []
+        out += [Filler("", " ", "x x" + opens + "x")] if opens and word and not inside else []
+    if not inside and not line.strip() and re.match(r"[ \t]*\{", after):  # the head of the block after
+        out += [Filler("", " ", head) for head in (["struct", "if (x)"] if lang in ("c", "cpp") else ["if (x)"])]
+    if not inside and not line.strip() and _unopened(after)[:1] == [")"] and re.match(r"[^\n]*\)[ \t]*\{", after):
+        out += [Filler("", " ", h + "(" + ("x" if word else "")) for h in ("if ", "while ")]  # `if (x` | `y) {`
+    if rare and not inside and after.split("\n", 1)[0].strip():  # the code after starts inside a line comment
+        out += [Filler("", " ", "//")]
     masked = STRINGS.sub("", after[:CONTEXT])
     depth = 0
     for i, ch in enumerate(masked):
@@ -82,10 +102,12 @@ def c_more(
             break
     if quote and not inside and opens:
         out += [Filler(i, " ", "x" + opens + q) for i in (" ", "") for q in openers_of(quote, after, lang)[:1]]
+        out += [Filler("", " ", sep + opens + "x: " + quote) for sep in (",", "")]  # an object's key and value
     if not inside and not line.strip() and re.match(r"[ \t]*\([^\n]*\)[ \t]*\{", after):  # `(x) {`: a head's
         out += [Filler("", " ", "if"), Filler("", " ", "while")]
     for stem in stems(after, C_WORDS):  # the hole ends in a word the code after goes on with
         out += [Filler("", "x", inside + close + "\n" + stem)] if inside in ("`", "'", '"') else []
+        out += [Filler("", "x", "\n" + stem)] if inside == "\n" else []  # after a line comment
         out += [Filler("", " ", stem)] if not inside and not line.strip() else []
     return out
 
@@ -126,3 +148,30 @@ def directives(before: str, after: str) -> list[Filler]:
     if opened > 0 and not need:
         out.append(Filler(head + "\n#endif\n", " ", ""))
     return out
+
+
+def directive_ends(before: str, after: str, close: str) -> list[Filler]:
+    """C preprocessor fillers for a hole that ends in a directive line the code after finishes: an `#endif` (for an
+    `#if` before it) or a `#define x` whose name, comment or value the code after goes on with (`#define NFT_MA` |
+    `X 1`, `#endif /* _X` | `_H */`, `#endif /` | `*_H*/`, a macro's line continued with a backslash), after what
+    finishes the hole's own line first (the brackets it closes and the `;` a declaration's `}` needs)."""
+    line = before[before.rfind("\n") + 1 :]
+    first, _, rest = after.partition("\n")
+    opened = sum(m.group(1).startswith("if") - (m.group(1) == "endif") for m in DIRECTIVE.finditer(before))
+    words = (["#endif"] if opened > 0 else []) + ["#define x"]
+    end, start = after.find("*/", 0, CONTEXT), after.find("/*", 0, CONTEXT)
+    if end >= 0 and (start < 0 or start > end) and "\n" not in after[:end]:  # the line goes on inside a comment
+        ends = [w + (" /" if after.startswith("*") else " /*") for w in words]
+    elif after.startswith("/") and not after.startswith(("//", "/*")):  # the comment's `*/` the hole cut
+        ends = [w + " /*x*" for w in words]
+    elif re.match(r"\w", after):  # a macro's name the hole cut
+        ends = ["#define x"]
+    elif not first.strip() or re.match(r"[ \t]+(/[*/]|\w)", first):  # nothing more on the line, or a comment
+        ends = words
+    else:
+        return []
+    _, opens = balance(before, after)
+    if not first.strip() and (rest.split("\n", 1)[0].rstrip().endswith("\\") or opens):  # the macro goes on below
+        ends.append("#define x " + opens + "x \\")
+    pres = [close + "\n", close + ";\n", "x x;\n"] if line.strip() or close else [""]
+    return [Filler(pre, " ", e) for e in ends for pre in dict.fromkeys(pres)]

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from . import pyshape
-from .cfillers import C_BODIES, C_LIKE, c_more, directives, stems
-from .literals import CONTEXT, _odd, balance, open_literal, opened_after, openers_of
+from .cfillers import C_BODIES, C_LIKE, c_more, directive_ends, directives, stems
+from .literals import CONTEXT, _odd, _open_stack, balance, open_literal, opened_after, openers_of
 from .memo import Lazy, Remembered, remembered  # noqa: F401 (Remembered: the guard's name)
 from .witness import CACHE, Filler
 
@@ -114,9 +114,12 @@ def made_lazily(lang: str, before: str, after: str, blank: bool, rare: bool = Fa
             for i in [*indents(before, after), " ", ""][:3]
         ]
     if lang in ("c", "cpp"):
-        yield from directives(before, after)
+        yield from directives(before, after) + directive_ends(before, after, close)
     if lang == "python":  # lines that fit the blocks around, checked line by line (pyshape.py)
-        yield from [Filler(inside + start, " ", end) for start, end in pyshape.inline(before + inside, after, quote)]
+        outer = "".join(_open_stack(before + inside))  # a window may begin inside a long literal
+        yield from [
+            Filler(inside + start, " ", end) for start, end in pyshape.inline(before + inside, after, quote, outer)
+        ]
         yield from [Filler(inside + start, " ", end) for start, end in pyshape.bridges(before + inside, after)]
     for body in bodies(lang, before, after):
         yield body

@@ -19,17 +19,19 @@ TEXTS = 32  # texts whose literal and bracket scans are remembered (a hole's tex
 
 
 STRINGS = re.compile(
-    r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/", re.S
+    r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/"
+    r"|`(?:\\.|[^`\\])*`",  # a template literal's brackets, `${` included, are its text (roughly)
+    re.S,
 )
 
 
 LEXED = {  # literals and comments, leftmost first, each to the end of the text when it is not closed
     "python": re.compile(
-        r"""(?P<q>'''|\"\"\")(?:.*?(?P=q)|.*)|(?P<s>['"])(?:\\.|(?!(?P=s))[^\\\n])*(?:(?P=s)|\Z)|#[^\n]*""", re.S
+        r"""(?P<q>'''|\"\"\")(?:.*?(?P=q)|.*)|(?P<s>['"])(?:\\(?:.|\Z)|(?!(?P=s))[^\\\n])*(?:(?P=s)|\Z)|#[^\n]*""", re.S
     ),
     "c": re.compile(
-        r"""/\*(?:.*?\*/|.*)|//[^\n]*|`(?:\\.|[^`\\])*(?:`|\Z)"""
-        r"""|(?P<s>['"])(?:\\.|(?!(?P=s))[^\\\n])*(?:(?P=s)|\Z)""",
+        r"""/\*(?:.*?\*/|.*)|//[^\n]*|`(?:\\(?:.|\Z)|[^`\\])*(?:`|\Z)"""
+        r"""|(?P<s>['"])(?:\\(?:.|\Z)|(?!(?P=s))[^\\\n])*(?:(?P=s)|\Z)""",
         re.S,
     ),
 }
@@ -161,7 +163,7 @@ def _pull(stack: tuple[str, ...], text: str, start: int, stop: int, spans: list[
 
 # Scans of a hole's text before and after it, resumed call after call (text/scans.py): the brackets outside
 # strings and comments, and the literal a text ends inside of.
-OPENED = scans.Prefixes(STRINGS, ("'''", '"""', "/*"), _push, ())
+OPENED = scans.Prefixes(STRINGS, ("'''", '"""', "/*", "`"), _push, ())
 
 
 UNOPENED = scans.Suffixes(STRINGS, _pull, ())
