@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from dlmcode.text import pyshape
+from dlmcode.text import pylines, pyshape
 
 
 def errors(text: str) -> int:
-    return pyshape.replay(pyshape.lines(text)).end()
+    return pyshape.replay(pyshape.lines(text), pylines.Shape(top=True)).end()
 
 
 @pytest.mark.parametrize(

@@ -194,7 +194,7 @@ class Ahead:
         key = shape.key()
         found = self.memo.get(key)
         if found is None:
-            end = replay(list(self.lines), Shape(shape.copy().blocks, shape.base))
+            end = replay(list(self.lines), Shape(shape.copy().blocks, shape.base, 0, shape.inline, shape.top))
             found = (end.errors, end.end() - end.errors)
             if len(self.memo) < MEMO:
                 self.memo[key] = found

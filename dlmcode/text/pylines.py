@@ -87,13 +87,14 @@ class Shape:
     base: str | None = None
     errors: int = 0
     inline: tuple[str, str] | None = None  # the last line, when a compound statement on one line: (indent, kind)
+    top: bool = False  # the replay began at the file's top: a `return` outside every `def` is an error
 
     def copy(self) -> Shape:
-        return Shape(list(self.blocks), self.base, self.errors, self.inline)
+        return Shape(list(self.blocks), self.base, self.errors, self.inline, self.top)
 
     def key(self) -> tuple:
         """What a replay from here depends on (everything but the errors counted so far)."""
-        return self.base, tuple(self.blocks), self.inline
+        return self.base, tuple(self.blocks), self.inline, self.top
 
     @property
     def waiting(self) -> bool:
@@ -125,8 +126,8 @@ class Shape:
                 self.errors += 1
                 self.blocks.pop()
             prev = self.dedent(d, word)
-        if word == "return" and self.base == "" and not any(b.kind in ("def", "async") for b in self.blocks):
-            self.errors += 1  # `return` outside a function (known only when the replay began at the top level)
+        if word == "return" and self.top and not any(b.kind in ("def", "async") for b in self.blocks):
+            self.errors += 1  # `return` outside a function (known only when the replay began at the file's top)
         kind = kind_of(word, prev)
         if line.head:
             self.blocks.append(Block(d, kind))

@@ -49,12 +49,14 @@ def bridges(before: str, after: str, limit: int = 16) -> tuple[tuple[str, str], 
     """(start, end) pairs a hole between `before` and `after` may hold around its padding, shortest first:
     the rest of the cut line and the lines between (start), then the start of the line the hole ends in
     (end), such that the code after replays with no new error."""
-    read = reading(before[code_start(before, len(before) - WINDOW) :])  # lines(window), replayed
+    start = code_start(before, len(before) - WINDOW)
+    read = reading(before[start:])  # lines(window), replayed
     line = before[before.rfind("\n") + 1 :]
     cut = read.last if read.last is not None and (line.strip() or read.chars > 0) else None
     if cut is not None and len(cut.code) > LONG:
         return ()  # inside a long bracketed literal: the expression fillers' (`inline`)
     shape = read.shape.copy()  # the replay of the window's lines but the cut one
+    shape.top = start == 0 and shape.base in (None, "")  # the window begins at the file's top
     if cut is None and read.last is not None:
         shape.feed(read.last)
     whole = len(after) < AFTER  # the file ends within the window: what is open at its end counts
