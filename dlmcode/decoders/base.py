@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..core import sampling
-from ..core.canvas import Canvas, Predict, Step, logits_at
+from ..core.canvas import At, Canvas, Predict, Step, logits_at
 from ..core.contracts import Completer, Gate, gate_for
 from ..core.settings import MAX_TEMPERATURE
 
@@ -146,7 +146,7 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
         schedule = decoder.steps_for(len(positions), number, len(runs))
         while bool(canvas.holes[positions].any()):
             active = positions[canvas.holes[positions]]  # (H,)
-            logits = logits_at(predict, canvas.tokens, None if gate is not None else active)  # (H, V); guarded (L, V)
+            logits = read_rows(predict, canvas, active, gate is not None)  # (H, V); guarded: every hole's, by position
             calls += 1
             if gate is not None and step >= schedule:
                 owed = active  # the schedule is spent: whatever is left is offered
@@ -164,6 +164,15 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
             yield Step(index, canvas, pos, scores, calls, {"block": number})
             index += 1
             step += 1
+
+
+def read_rows(predict: Predict, canvas: Canvas, active: Tensor, guarded: bool) -> Tensor:
+    """The logits of the active holes (H, V); guarded, those of every hole of the canvas (the guard's draft fills them
+    all), read by canvas position as an (L, V) tensor would be, without the output head on the rows it never reads."""
+    if not guarded:
+        return logits_at(predict, canvas.tokens, active)
+    holes = canvas.holes.nonzero().squeeze(-1)  # (H_all,)
+    return At(logits_at(predict, canvas.tokens, holes), holes, len(canvas.tokens))  # type: ignore[return-value]
 
 
 def propose(
