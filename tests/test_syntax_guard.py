@@ -16,7 +16,7 @@ from dlmcode.decoders import build
 from dlmcode.decoders.factor import Factor
 from dlmcode.decoders.syntax_guard import SyntaxGuard
 from dlmcode.jobs import fill, wiring
-from dlmcode.text import spans
+from dlmcode.text import guard, spans
 from dlmcode.text.oracle import Verdict
 
 V, MASK, GOOD, BAD = 10, 10, 1, 9  # vocabulary 0..9, mask id outside it
@@ -223,3 +223,63 @@ def test_spread_never_commits_two_adjacent_holes_in_one_call():
     assert trace(steps) == [([2, 4, 6], []), ([3, 5, 7], [])]
     together = SyntaxGuard(flags=True, factor=1.0, floor=6, spread=False, repairs=0, oracle=BadToken())
     assert trace(decode(together, canvas(6), Scripted(sure))) == [([2, 3, 4, 5, 6, 7], [])]
+
+
+OPEN, CLOSE, NEUTRAL, OTHER = 6, 7, 2, 8
+
+
+def brackets(tokens: torch.Tensor) -> int:
+    """A toy judge: errors = unmatched OPEN/CLOSE tokens."""
+    depth = errors = 0
+    for t in tokens.tolist():
+        depth += (t == OPEN) - (t == CLOSE)
+        if depth < 0:
+            errors, depth = errors + 1, 0
+    return errors + depth
+
+
+def rows_for(proposals: dict[int, dict[int, float]], length: int) -> torch.Tensor:
+    """(L, V): at position p, logit s for each token t of proposals[p] (zeros elsewhere)."""
+    out = torch.zeros(length, V)
+    for p, tokens in proposals.items():
+        for t, s in tokens.items():
+            out[p, t] = s
+    return out
+
+
+def test_a_turned_away_proposal_waits_while_another_hole_takes_its_place():
+    # holes 2..5, the witness all NEUTRAL. Call 1 the rule picks 2 and 4 (spread); 4 proposes CLOSE, which no
+    # witness holds while the draft has no OPEN before it. The guard alone would put its next token (OTHER) there;
+    # syntax-guard commits the model's own tokens only: 2, and in 4's place the most confident hole not beside 2 (5).
+    # Call 2 the model proposes OPEN at 3, and then CLOSE at 4 fits: the fill is the model's own choice throughout.
+    first = {2: {NEUTRAL: 12.0}, 3: {NEUTRAL: 1.0}, 4: {CLOSE: 3.0, OTHER: 2.5}, 5: {NEUTRAL: 2.0}}
+    later = {3: {OPEN: 4.0}, 4: {CLOSE: 3.0, OTHER: 2.5}}
+    script = [first, later]
+    calls = []
+
+    def predict(tokens):
+        calls.append(1)
+        return rows_for(script[min(len(calls), 2) - 1], len(tokens))
+
+    start = canvas(4)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+    sg = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK))
+    steps = decode(sg, start, predict)
+    assert trace(steps) == [([2, 5], []), ([3], []), ([4], [])]
+    assert steps[-1].canvas.tokens[2:6].tolist() == [NEUTRAL, OPEN, CLOSE, NEUTRAL]
+    alone = guard.Guard(brackets, witness, MASK).begin(start.tokens)
+    logits = rows_for(first, 7)
+    pos, ids, _ = alone.admit(start.tokens, logits, torch.tensor([2, 4]), torch.tensor([NEUTRAL, CLOSE]), torch.ones(2))
+    alone_commits = sorted(zip(pos.tolist(), ids.tolist(), strict=True))
+    assert alone_commits == [(2, NEUTRAL), (4, OTHER)], "what the guard alone would commit"
+
+
+def test_when_no_hole_takes_its_own_token_the_guards_replacement_is_committed():
+    # one hole: CLOSE has no witness; no other hole can take its place, so the guard's next token commits (every
+    # call commits).
+    start = canvas(1)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+    sg = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK))
+    steps = decode(sg, start, lambda tokens: rows_for({2: {CLOSE: 3.0, OTHER: 2.5}}, len(tokens)))
+    assert trace(steps) == [([2], [])]
+    assert steps[-1].canvas.tokens[2] == OTHER

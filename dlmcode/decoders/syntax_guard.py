@@ -140,9 +140,10 @@ class Run:
         chosen = choose(
             conf, active, active & ~flagged[holes], d.factor, d.floor, d.topup, holes if d.spread else None
         )  # (k,) rows of `holes`
-        pos, ids, scores = holes[chosen], ids[chosen], conf[chosen]
-        if self.gate is not None:
-            pos, ids, scores = self.gate.admit(canvas.tokens, logits, pos, ids, scores)
+        if self.gate is None:
+            pos, ids, scores = holes[chosen], ids[chosen], conf[chosen]
+        else:
+            pos, ids, scores = self.admit(canvas, logits, holes, ids, conf, chosen, active)
         canvas = canvas.fill(pos, ids)
         info = info | {"flagged": float(flagged.sum())}
         all_reopened = torch.cat([self.pending.to(device), reopened])
@@ -150,6 +151,38 @@ class Run:
         self.index += 1
         self.pending = EMPTY
         return canvas
+
+    def admit(
+        self, canvas: Canvas, logits: Tensor, holes: Tensor, ids: Tensor, conf: Tensor, chosen: Tensor, active: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The guard's commits of the chosen proposals, the model's own tokens only: where the guard turns a proposal
+        away it may put a less likely token there, which a one-token decoder would never commit beside a hole whose
+        own token fits; so those wait, and as many other holes of the block (the most confident, spread out) are
+        offered once. A less likely token is committed only when neither offer admits any of the model's own."""
+        own = dict(zip(holes.tolist(), ids.tolist(), strict=True))
+        first = self.gate.admit(canvas.tokens, logits, holes[chosen], ids[chosen], conf[chosen])
+        mine = owned(first, own)
+        need = len(chosen) - int(mine.sum())
+        if need <= 0:
+            return first
+        kept = tuple(t[mine] for t in first)
+        taken = set(kept[0].tolist())
+        rows = active & ~torch.isin(holes, holes[chosen])  # (H,) holes of the block not offered yet
+        if self.decoder.spread:
+            beside = torch.tensor([p + d for p in taken for d in (-1, 1)], dtype=holes.dtype, device=holes.device)
+            rows &= ~torch.isin(holes, beside)
+            rows = spread_out(conf, rows, holes)
+        more = rows.nonzero().squeeze(-1)  # (M,)
+        more = more[conf[more].argsort(descending=True, stable=True)[:need]]
+        if more.numel() == 0:
+            return kept if taken else first
+        tokens = canvas.tokens.clone()
+        tokens[kept[0]] = kept[1]
+        second = self.gate.admit(tokens, logits, holes[more], ids[more], conf[more])  # the witness now holds `kept`
+        also = owned(second, own)
+        if taken or bool(also.any()):
+            return tuple(torch.cat([a, b[also]]) for a, b in zip(kept, second, strict=True))
+        return tuple(t[:1] for t in second)  # nothing of the model's own fits: the guard's most confident commit
 
     def flags(self, canvas: Canvas, holes: Tensor, ids: Tensor) -> Tensor:
         """(L,) bool: span positions the oracle puts in new errors of the draft (none without an oracle)."""
@@ -208,6 +241,13 @@ def choose(
     rest = (active & ~safe).nonzero().squeeze(-1)  # (F,) flagged active rows
     extra = rest[conf[rest].argsort(descending=True)[: want - chosen.numel()]]
     return torch.cat([chosen, extra])
+
+
+def owned(commits: tuple[Tensor, Tensor, Tensor], own: dict[int, int]) -> Tensor:
+    """(k,) bool: the commits (positions, ids, scores) that hold the model's own proposal at their position."""
+    pos, ids, _ = commits
+    mine = [own.get(p) == t for p, t in zip(pos.tolist(), ids.tolist(), strict=True)]
+    return torch.tensor(mine, dtype=torch.bool, device=pos.device)
 
 
 def spread_out(conf: Tensor, rows: Tensor, positions: Tensor) -> Tensor:
