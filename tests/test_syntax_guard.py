@@ -283,3 +283,19 @@ def test_when_no_hole_takes_its_own_token_the_guards_replacement_is_committed():
     steps = decode(sg, start, lambda tokens: rows_for({2: {CLOSE: 3.0, OTHER: 2.5}}, len(tokens)))
     assert trace(steps) == [([2], [])]
     assert steps[-1].canvas.tokens[2] == OTHER
+
+
+def test_a_comment_start_is_never_offered_in_place_of_a_turned_away_proposal():
+    # as above, but hole 5 proposes a comment start (HASH): one fits anywhere, so it is not offered for 4;
+    # hole 3 sits beside 2: call 1 commits 2 alone.
+    hash_ = 9
+    first = {2: {NEUTRAL: 12.0}, 3: {NEUTRAL: 1.0}, 4: {CLOSE: 3.0, OTHER: 2.5}, 5: {hash_: 2.0}}
+    start = canvas(4)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+    fit = SimpleNamespace(escape=lambda t: t == hash_)
+    sg = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK, fit=fit))
+    step = next(sg(start, lambda tokens: rows_for(first, len(tokens)), torch.Generator().manual_seed(0)))
+    assert sorted(step.filled.tolist()) == [2]
+    plain = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK))  # no comment starts: 5 is offered
+    step = next(plain(start, lambda tokens: rows_for(first, len(tokens)), torch.Generator().manual_seed(0)))
+    assert sorted(step.filled.tolist()) == [2, 5]

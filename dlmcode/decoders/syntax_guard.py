@@ -4,7 +4,10 @@ Each call the model proposes a token for every hole. The parallel rule (Fast-dLL
 bar 1 - f/(n+1), at least `floor` tokens, never two adjacent holes in one call: `spread`,
 after DUS) picks among those of the active block; the completability guard (dlmcode/text/guard.py,
 handed over by the job, on by default) admits each pick only while the holes left can still
-be filled so that the file parses, so the fill always parses at 3+ tokens per call.
+be filled so that the file parses. It commits the model's own tokens only: a pick the guard turns away
+waits for a later call (the guard's less likely stand-in is dropped: a one-token decoder would commit
+another hole's own token first), and other holes of the block are offered in its place once; a stand-in
+is committed only when no hole's own token fits (`Run.admit`).
 
 Before the guard existed this decoder steered with a syntax oracle (dlmcode/text/oracle.py): it
 committed proposals outside the draft's new errors first (`flags`), reopened tokens that sat
@@ -157,8 +160,9 @@ class Run:
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The guard's commits of the chosen proposals, the model's own tokens only: where the guard turns a proposal
         away it may put a less likely token there, which a one-token decoder would never commit beside a hole whose
-        own token fits; so those wait, and as many other holes of the block (the most confident, spread out) are
-        offered once. A less likely token is committed only when neither offer admits any of the model's own."""
+        own token fits; so those wait, and as many other holes of the block (the most confident, spread out, none
+        whose token starts a comment) are offered once. A less likely token is committed only when neither offer
+        admits any of the model's own."""
         own = dict(zip(holes.tolist(), ids.tolist(), strict=True))
         first = self.gate.admit(canvas.tokens, logits, holes[chosen], ids[chosen], conf[chosen])
         mine = owned(first, own)
@@ -172,6 +176,9 @@ class Run:
             beside = torch.tensor([p + d for p in taken for d in (-1, 1)], dtype=holes.dtype, device=holes.device)
             rows &= ~torch.isin(holes, beside)
             rows = spread_out(conf, rows, holes)
+        escape = getattr(self.gate, "escape", None)  # a comment start fits anywhere: never offered for that alone
+        if escape is not None:
+            rows &= torch.tensor([not escape(t) for t in ids.tolist()], dtype=torch.bool, device=rows.device)
         more = rows.nonzero().squeeze(-1)  # (M,)
         more = more[conf[more].argsort(descending=True, stable=True)[:need]]
         if more.numel() == 0:
