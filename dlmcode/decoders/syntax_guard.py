@@ -189,7 +189,8 @@ class Run:
         also = owned(second, own)
         if taken or bool(also.any()):
             return tuple(torch.cat([a, b[also]]) for a, b in zip(kept, second, strict=True))
-        return tuple(t[:1] for t in second)  # nothing of the model's own fits: the guard's most confident commit
+        top = chosen[conf[chosen].argmax()].view(1)  # no own token fits: what the guard puts at the best pick
+        return self.gate.admit(canvas.tokens, logits, holes[top], ids[top], conf[top])
 
     def flags(self, canvas: Canvas, holes: Tensor, ids: Tensor) -> Tensor:
         """(L,) bool: span positions the oracle puts in new errors of the draft (none without an oracle)."""
