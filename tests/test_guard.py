@@ -22,6 +22,8 @@ from dlmcode.decoders import DECODERS, build
 from dlmcode.jobs import fill, wiring
 from dlmcode.text import guard, spans, syntax
 
+from tiny import unmatched
+
 pytestmark = pytest.mark.usefixtures("tiny_assistant_decoders")  # codila runs among DECODERS (conftest.py)
 
 DATA = Path(__file__).parent / "data" / "guard"
@@ -74,12 +76,7 @@ OPEN, CLOSE, NEUTRAL = 1, 2, 3
 
 def balanced(tokens: torch.Tensor) -> int:
     """A toy judge: errors = unmatched OPEN/CLOSE tokens (the language of balanced brackets)."""
-    depth = errors = 0
-    for t in tokens.tolist():
-        depth += (t == OPEN) - (t == CLOSE)
-        if depth < 0:
-            errors, depth = errors + 1, 0
-    return errors + depth
+    return unmatched(tokens, OPEN, CLOSE)
 
 
 def bracket_loving(model):

@@ -19,6 +19,8 @@ from dlmcode.jobs import fill, wiring
 from dlmcode.text import guard, spans
 from dlmcode.text.oracle import Verdict
 
+from tiny import unmatched
+
 V, MASK, GOOD, BAD = 10, 10, 1, 9  # vocabulary 0..9, mask id outside it
 
 
@@ -230,12 +232,7 @@ OPEN, CLOSE, NEUTRAL, OTHER = 6, 7, 2, 8
 
 def brackets(tokens: torch.Tensor) -> int:
     """A toy judge: errors = unmatched OPEN/CLOSE tokens."""
-    depth = errors = 0
-    for t in tokens.tolist():
-        depth += (t == OPEN) - (t == CLOSE)
-        if depth < 0:
-            errors, depth = errors + 1, 0
-    return errors + depth
+    return unmatched(tokens, OPEN, CLOSE)
 
 
 def rows_for(proposals: dict[int, dict[int, float]], length: int) -> torch.Tensor:

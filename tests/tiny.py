@@ -116,3 +116,13 @@ def check_batched_equals_alone(dlm, jobs, sizes: list[int]) -> list:
         assert [(r.canvas, r.calls) for r in together] == alone, size
         assert max(sizes) == size and sum(sizes) == sum(r.calls for r in together)
     return alone
+
+
+def unmatched(tokens: torch.Tensor, open_id: int, close_id: int) -> int:
+    """A toy judge: errors = unmatched open_id/close_id tokens (the language of balanced brackets)."""
+    depth = errors = 0
+    for t in tokens.tolist():
+        depth += (t == open_id) - (t == close_id)
+        if depth < 0:
+            errors, depth = errors + 1, 0
+    return errors + depth
