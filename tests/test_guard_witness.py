@@ -127,6 +127,57 @@ C_FAMILY = [
 ]
 
 
+CPP = [  # the C++ attack class's cuts (libstdc++'s `pb_ds/detail` headers), shortened
+    (  # a macro's `#x` is no comment: the brackets its line opens are closed in it, not left open
+        "cpp",
+        '#define V(c) \\\n  f(m(#c " x"), 1)\nstruct s\n',
+        "{",
+        "\n  int x;\n};\n",
+    ),
+    ("cpp", "namespace n\n{\n", "#define C_DEC \\", "\n    it_<N, A>\n\n  struct s { };\n}\n"),  # its last line below
+    ("cpp", "#ifndef X_HPP\n#define X_HPP\nnamespace n\n{\n}\n", "\n#endif // #ifndef X_H", "PP\n"),  # in a comment
+    ("cpp", "#ifndef X_HPP\n#define X_HPP\nnamespace n\n{\n}\n", "\n#endif // #ifndef", " X_HPP\n"),
+    ("cpp", "struct s\n{\n#ifdef D\n  void\n  f(const char", "*, int) const;\n#end", "if\n\n  int m;\n};\n"),
+    ("cpp", "#ifndef X\n#define X\nstruct s\n{\n  int m;\n", "};\n#", "endif\n"),  # a `};` before the directive
+    ("cpp", "#include <a/b.hpp>\n#include <a/de", "tail/c.hpp>\n#undef X_INDICATO", "R\n#undef Y\n\nint x;\n"),
+    (  # a template's parameter list: the hole closes the inner one
+        "cpp",
+        "namespace n\n{\n  template<typename K,\n\t   template<typename N,\n\t\t    class C,\n\t\t ",
+        "     typename _A>",
+        "\n\t   class U,\n\t   typename A>\n  struct t\n  {\n    int m;\n  };\n}\n",
+    ),
+    ("cpp", "struct s\n{\n  typedef\n   ", "   it_<", "\n\ttypename A::pointer,\n\ttrue>\n  point_iterator;\n};\n"),
+    (  # ... or opens it
+        "cpp",
+        "namespace n\n{\n  template<typename K,\n\t   typename M,\n\t  ",
+        " template<typename N,",
+        "\n\t\t    typename I>\n\t   class U,\n\t   typename A>\n  struct t\n  { };\n}\n",
+    ),
+    ("cpp", "namespace n\n{\n  struct a { };\n ", "   template<typename Ke", "y,\n\t  typename C>\n  struct t { };\n}"),
+    (  # a declaration's head the hole cut: an access specifier, a keyword, a struct's or namespace's name
+        "cpp",
+        "template<typename K>\n  struct d\n  {\n    ",
+        "  private",
+        ":\n\ttypedef K k;\n  public:\n\ttypedef K j;\n  };\n",
+    ),
+    ("cpp", "namespace n\n{\n  ", "  t", "emplate<typename E>\n    class c\n    {\n      int m;\n    };\n}\n"),
+    (
+        "cpp",
+        "namespace n\n{\n  template<typename K, typename P>\n  ",
+        "  struct d_disp",
+        "atch<K, null_type, gp_tag,\n\t\t\t\t   P>\n    {\n    private:\n      typedef at<P, 0>\tat0;\n    };\n}\n",
+    ),
+    ("cpp", "namespace g\n{\n ", " namespace ", "detail\n  {\n    struct s { };\n  } // namespace detail\n}\n"),
+    ("cpp", "template<typename K>\n  struct t : public b<K>\n  ", "  { };", "\n\nint x;\n"),  # a class body and `;`
+    (  # a `}` and the line comment the code after goes on with
+        "cpp",
+        "namespace g\n{\n  namespace detail\n  {\n    struct s { };\n ",
+        " } // namespace d",
+        "etail\n} // namespace g\n",
+    ),
+    ("cpp", "struct it\n{\n  inline\n ", " it(int p) : m(p)", "\n  { }\n\n  int m;\n};\n"),  # a constructor's head
+]
+
 LONG_DICT = "aliases = {\n" + "".join(f"    'k{i:04d}':                 'value{i:04d}',\n" for i in range(700))
 PYTHON += [  # issue 26's fourth round: the attack classes' and heldout-span's last give-ups
     (  # xdrlib.py: a docstring closed, then a method's head; a one-line `if x: y` and its `else: z` below
@@ -237,7 +288,7 @@ def test_python_cuts_get_a_first_witness_that_compiles(prompt, canonical, suffix
     compile(text, "<witness>", "exec")  # the whole file, not only the judge's window
 
 
-@pytest.mark.parametrize("lang, prompt, canonical, suffix", C_FAMILY)
+@pytest.mark.parametrize("lang, prompt, canonical, suffix", C_FAMILY + CPP)
 def test_c_family_cuts_get_a_first_witness_that_parses(lang, prompt, canonical, suffix, shipped):
     text = witness_text(shipped, prompt, canonical, suffix, lang)
     assert text is not None, "no first witness"

@@ -109,7 +109,55 @@ def c_more(
         out += [Filler("", "x", inside + close + "\n" + stem)] if inside in ("`", "'", '"') else []
         out += [Filler("", "x", "\n" + stem)] if inside == "\n" else []  # after a line comment
         out += [Filler("", " ", stem)] if not inside and not line.strip() else []
+    if lang == "cpp" and not inside:
+        out += cpp_more(before, after, line, close, rare)
     return out
+
+
+CPP_WORDS = (
+    "template", "typename", "typedef", "namespace", "class", "private", "protected", "public", "inline", "virtual",
+    "friend", "operator", "explicit", "static", "const", "struct",
+)  # fmt: skip
+
+
+def cpp_more(before: str, after: str, line: str, close: str, rare: bool) -> list[Filler]:
+    """C++'s fillers: the `>` or `<` of a template's brackets the hole cut (`template<class A,` | `class B>`), a
+    declaration's head the hole cut (`templ` | `ate<`, `struct x` | `<T> {`, `namespace ` | `x {`, an access
+    specifier before `:`, a constructor's `x()` before its body), a class body with its `;`, and a `}` followed
+    by a line comment the code after ends."""
+    out = []
+    word = re.match(r"\w", after) is not None
+    shut, opens = angles(before, after)
+    out += [Filler(pre, " ", ">" * shut) for pre in (" x", " typename x")] if shut else []
+    for head in ("x", "template", "struct x") if opens else ():
+        out.append(Filler("", " ", head + "<" * opens + ("x" if word else "")))
+        out += [Filler("", " ", head + "<" * opens + "typename x")] if word and head == "template" else []
+    if not line.strip():
+        out += [Filler("", " ", stem) for stem in stems(after, CPP_WORDS)[:2] if stem != "x"]
+        out += [Filler("", " ", "struct x"), Filler("", " ", "namespace ")] if word else []
+        out += [Filler("", " ", "public")] if re.match(r":(?!:)", after) else []
+        out += [Filler("", " ", "x()")] if re.match(r"\s*[{:]", after) else []
+        out += [Filler("{", " ", "};")]
+    if rare and close and after.split("\n", 1)[0].strip():  # `}` then a line comment the code after goes on with
+        out += [Filler("", " ", close + " //")]
+    return out
+
+
+def angles(before: str, after: str) -> tuple[int, int]:
+    """(`>` to write, `<` to write): the angle brackets a hole must close of those its statement opened before it,
+    or open for those the statement closes after it (roughly: comparisons and shifts miscount)."""
+    head = re.split(r"[;{}]", STRINGS.sub(" ", before[-CONTEXT:]))[-1]
+    tail = re.split(r"[;{}]", STRINGS.sub(" ", after[:CONTEXT]))[0]
+    head, tail = (re.sub(r"->|<<|<=|>=", " ", x) for x in (head, tail))
+    depth = need = inner = 0
+    for ch in head:
+        depth += (ch == "<") - (ch == ">" and depth > 0)
+    for ch in tail:
+        if ch == "<":
+            inner += 1
+        elif ch == ">":
+            inner, need = (inner - 1, need) if inner else (0, need + 1)
+    return min(max(depth - need, 0), 3), min(max(need - depth, 0), 3)
 
 
 C_WORDS = (
@@ -164,14 +212,20 @@ def directive_ends(before: str, after: str, close: str) -> list[Filler]:
         ends = [w + (" /" if after.startswith("*") else " /*") for w in words]
     elif after.startswith("/") and not after.startswith(("//", "/*")):  # the comment's `*/` the hole cut
         ends = [w + " /*x*" for w in words]
-    elif re.match(r"\w", after):  # a macro's name the hole cut
-        ends = ["#define x"]
+    elif re.match(r"\w", after):  # a macro's name, a line comment's word or a directive's word the hole cut
+        cut = [w[:k] for w in WORDS for k in range(len(w)) if re.match(re.escape(w[k:]) + r"\b", after)]
+        ends = ["#define x"] + [w + " //x" for w in words[:-1]] + ["#" + c for c in cut]
     elif not first.strip() or re.match(r"[ \t]+(/[*/]|\w)", first):  # nothing more on the line, or a comment
-        ends = words
+        ends = words + ([w + " //" for w in words[:-1]] if re.match(r"[ \t]+\w", first) else [])  # `#endif //` | ` X`
     else:
         return []
     _, opens = balance(before, after)
     if not first.strip() and (rest.split("\n", 1)[0].rstrip().endswith("\\") or opens):  # the macro goes on below
         ends.append("#define x " + opens + "x \\")
+    elif not first.strip() and rest.strip():  # the line below is a macro's last: its `#define` line the hole ends
+        ends.append("#define x \\")
     pres = [close + "\n", close + ";\n", "x x;\n"] if line.strip() or close else [""]
+    path = re.match(r"[ \t]*#[ \t]*include[ \t]*([<\"])[^>\"]*$", line)
+    if path:  # an `#include`'s path the hole cut: close it first
+        pres = ["x" + (">" if path.group(1) == "<" else '"') + "\n"]
     return [Filler(pre, " ", e) for e in ends for pre in dict.fromkeys(pres)]

@@ -19,7 +19,9 @@ TEXTS = 32  # texts whose literal and bracket scans are remembered (a hole's tex
 
 
 STRINGS = re.compile(
-    r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|#[^\n]*|//[^\n]*|/\*.*?\*/"
+    r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\""
+    r"|#[ \t]*define\b(?:[^\n]*\\\n)*[^\n]*"  # a C macro with its continued lines (`#x` in its body is no comment)
+    r"|#[^\n]*|//[^\n]*|/\*.*?\*/"
     r"|`(?:\\.|[^`\\])*`",  # a template literal's brackets, `${` included, are its text (roughly)
     re.S,
 )
