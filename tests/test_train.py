@@ -522,3 +522,47 @@ def test_end_rows_only_moves_the_expand_and_pad_rows_and_nothing_else(mini_stdli
         old, new = before.logits(before.hidden(ids)), after.logits(after.hidden(ids))
     assert torch.equal(new[..., 1:384], old[..., 1:])
     assert not torch.equal(new[..., 0], old[..., 0])
+
+
+def test_a_side_branch_run_moves_the_side_branch_only_and_every_other_logit_stays_inits(mini_stdlib, tmp_path):
+    """side_layers=1: after three steps every weight of init is bit for bit init's (the [EXPAND] row its
+    mean), only side.* moved, and the logits of every token but [PAD] (0) and [EXPAND] (384) are init's
+    exactly, so a hole of given length (both banned) decodes as init does. The exported folder loads,
+    declares expand and delete, and its cached forward (refresh every call) equals the plain one."""
+    from dlmcode.core.run import CacheSettings
+    from dlmcode.models import cache
+
+    list(T.train(micro(mini_stdlib, tmp_path / "a", max_steps=2)))
+    src = tmp_path / "a" / "best"
+    (tmp_path / "b").mkdir()
+    shutil.copy(tmp_path / "a" / "tokenizer.json", tmp_path / "b" / "tokenizer.json")
+    cfg = micro(mini_stdlib, tmp_path / "b", max_steps=3, warmup_steps=1, lr=1e-2, expand=True, init=str(src))
+    records = list(T.train(replace(cfg, side_layers=1, p_expand=0.6)))
+    assert "expand_bce" in next(r for r in records if r.get("event") == "initialised")
+    before = builtin.load_model(src, torch.device("cpu"), torch.float32)
+    after = builtin.load_model(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
+    assert after.cfg.side_layers == 1 and after.side is not None
+    for key, value in before.state_dict().items():
+        assert torch.equal(after.state_dict()[key][: len(value)], value), key
+    moved = [k for k in after.state_dict() if k.startswith("side.") and "norm" not in k]
+    assert moved and all(torch.count_nonzero(after.state_dict()[k]) for k in moved)  # zero-started, now moved
+    ids = torch.tensor([[2, 40, 41, 1, 1, 1, 42, 43, 3]])
+    with torch.no_grad():
+        old, new = before.logits(before.hidden(ids)), after.logits(after.hidden(ids))
+    assert torch.equal(new[..., 1:384], old[..., 1:])
+    assert not torch.equal(new[..., 0], old[..., 0])
+    dlm = builtin.load(tmp_path / "b" / "last", torch.device("cpu"), torch.float32)
+    assert dlm.expand_id == 384 and dlm.delete_id == 0
+    settings = CacheSettings(mode="dual", block=2, refresh=1)
+    cached = cache.CachedPredict(after.hidden, after.head, settings, 1, torch.device("cpu"))
+    with torch.no_grad():
+        assert torch.allclose(cached(ids[0]), after.logits(after.hidden(ids))[0], atol=1e-5)
+    (tmp_path / "c").mkdir()  # a side-only portable checkpoint resumes: its trunk comes from init= again
+    shutil.copy(tmp_path / "a" / "tokenizer.json", tmp_path / "c" / "tokenizer.json")
+    T.portable(tmp_path / "b" / "ckpt.pt", tmp_path / "c" / "ckpt.pt", side_only=True)
+    small = torch.load(tmp_path / "c" / "ckpt.pt", weights_only=False)["model"]
+    assert small and all(k.startswith("side.") for k in small)
+    resumed = list(T.train(replace(cfg, out=str(tmp_path / "c"), side_layers=1, p_expand=0.6, max_steps=4)))
+    assert next(r for r in resumed if r.get("event") == "resumed")["step"] == 3
+    again = builtin.load_model(tmp_path / "c" / "last", torch.device("cpu"), torch.float32)
+    assert torch.equal(again.blocks[0].up.weight, before.blocks[0].up.weight)

@@ -23,13 +23,13 @@ from torch import Tensor, nn
 
 from ..core.errors import ModelError
 from . import cache as kvcache
-from . import forward, layers
+from . import forward, layers, side
 from .base import Dlm
+from .builtin_tokenizer import SPECIAL_TOKENS, BuiltinTokenizer, new_tokenizer, train_tokenizer  # noqa: F401 (re-exported)
 from .hf import first_line
 
 MODEL_TYPE = "dlmcode"
 ARCHITECTURE = "DlmcodeDiffusionLM"
-SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]")  # ids 0..3, in this order
 EXPAND_TOKEN = "[EXPAND]"  # a model trained to expand holes has it at config.json's expand_id
 
 
@@ -48,6 +48,7 @@ class BuiltinConfig:
     bos_id: int = 2  # [BOS]: start of a file
     eos_id: int = 3  # [EOS]: end of a file
     expand_id: int = -1  # [EXPAND]: this hole becomes two (-1: the model was not trained to expand; [PAD] deletes)
+    side_layers: int = 0  # blocks of the side branch giving the [EXPAND] and [PAD] logits (models/side.py; 0: none)
 
     def to_json(self) -> dict:
         return {"model_type": MODEL_TYPE, "architectures": [ARCHITECTURE], **asdict(self)}
@@ -62,14 +63,19 @@ class BuiltinConfig:
                 raise ValueError(f"{key} is {value!r}, expected {'an integer' if hints[key] is int else 'a number'}")
             if key in POSITIVE and value <= 0:
                 raise ValueError(f"{key} is {value!r}, expected a positive number")
+            if key in NON_NEGATIVE and value < 0:
+                raise ValueError(f"{key} is {value!r}, expected 0 or more")
         cfg = cls(**values)
         if cfg.expand_id >= cfg.vocab_size:
             raise ValueError(f"expand_id {cfg.expand_id} is past vocab_size {cfg.vocab_size}")
+        if cfg.side_layers and cfg.expand_id < 0:
+            raise ValueError(f"side_layers is {cfg.side_layers} but the model has no expand_id")
         if cfg.dim % cfg.n_heads or (cfg.dim // cfg.n_heads) % 2:
             raise ValueError(f"dim {cfg.dim} is not n_heads {cfg.n_heads} times an even head size")
         return cfg
 
 
+NON_NEGATIVE = frozenset({"side_layers"})
 POSITIVE = frozenset({"vocab_size", "dim", "n_layers", "n_heads", "ffn_mult", "context", "rope_theta", "norm_eps"})
 
 
@@ -137,6 +143,10 @@ class DlmcodeDiffusionLM(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.side = (
+            side.SideBranch(cfg.dim, cfg.side_layers, lambda: Block(cfg), cfg.norm_eps) if cfg.side_layers else None
+        )
+        self.register_buffer("side_ids", torch.tensor([max(cfg.expand_id, 0), cfg.pad_id]), persistent=False)
         if init_weights:  # off when loading weights
             self.init_weights()
 
@@ -146,26 +156,43 @@ class DlmcodeDiffusionLM(nn.Module):
     def hidden(
         self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None
     ) -> Tensor:
-        """Hidden states of ids at positions start.. (a KV cache runs part of the canvas).
+        """Hidden states of ids at positions start.. (a KV cache runs part of the canvas); with a side
+        branch, its two logits follow each position's D trunk states (B, L, D + 2).
 
         `mask` (B, K) bool, True at real keys: keys where it is False (right padding of a batch,
         models/forward.py and models/cache.run_rows) are never attended. `start` may be (B,):
         row r's positions start at start[r].
         """
+        x, rope, mask = self.trunk(ids, start, kv, mask)
+        return self.with_side(x, ids, rope, kv, mask)
+
+    def with_side(self, x: Tensor, ids: Tensor, rope: tuple[Tensor, Tensor], kv, mask) -> Tensor:
+        """The trunk's output x (before its final norm) -> hidden states (with the side logits, if any)."""
+        h = self.norm(x)
+        if self.side is None:
+            return h
+        out = self.side(x, ids, self.cfg.mask_id, *rope, self.cfg.n_layers, kv, mask)
+        return torch.cat([h, out.to(h.dtype)], -1)
+
+    def trunk(self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None):
+        """(the last block's output, (cos, sin), the attention mask): the model up to its final norm."""
         head_dim = self.cfg.dim // self.cfg.n_heads
         if isinstance(start, Tensor):  # (B,) a batch of cached runs, each from its own position (models/cache.run_rows)
             cos, sin = layers.rope_rows(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
         else:
             cos, sin = layers.rope_kept(ids.shape[1], head_dim, self.cfg.rope_theta, ids.device, start)
         x = self.embed(ids)  # (B, L, D)
+        mask = None if mask is None else mask[:, None, None, :]
         for i, block in enumerate(self.blocks):
-            x = block(
-                x, cos, sin, None if kv is None else kv.layer(i), None if mask is None else mask[:, None, None, :]
-            )
-        return self.norm(x)
+            x = block(x, cos, sin, None if kv is None else kv.layer(i), mask)
+        return x, (cos, sin), mask
 
     def logits(self, h: Tensor) -> Tensor:
-        return h @ self.embed.weight.t()  # (..., V), tied head
+        if self.side is None:
+            return h @ self.embed.weight.t()  # (..., V), tied head
+        dim = self.cfg.dim  # the side branch's two logits replace the tied head's [EXPAND] and [PAD] columns
+        out = h[..., :dim] @ self.embed.weight.t()
+        return out.index_copy(-1, self.side_ids, h[..., dim:].to(out.dtype))
 
     def head(self, h: Tensor) -> Tensor:
         """The output head, under the name the native models give it (models/forward.py, models/cache.py)."""
@@ -175,36 +202,6 @@ class DlmcodeDiffusionLM(nn.Module):
         self, ids: Tensor, start: int | Tensor = 0, kv: kvcache.KV | None = None, mask: Tensor | None = None
     ) -> Tensor:
         return self.logits(self.hidden(ids, start, kv, mask))  # (B, L, V)
-
-
-class BuiltinTokenizer:
-    """`tokenizers` byte-level BPE behind the encode/decode protocol of models.base."""
-
-    def __init__(self, tok) -> None:  # tok: tokenizers.Tokenizer
-        self.tok = tok
-        self.tok.encode_special_tokens = True  # "[MASK]" written in source code is text, not a hole
-
-    @classmethod
-    def from_file(cls, path: Path) -> BuiltinTokenizer:
-        """The tokenizer in tokenizer.json; ModelError when the file is not a tokenizer."""
-        from tokenizers import Tokenizer
-
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as err:  # tokenizers raises a bare Exception for a corrupt file
-            raise ModelError(
-                f"model folder {str(Path(path).parent)!r}: {Path(path).name} is not a readable tokenizer "
-                f"({first_line(err)})"
-            ) from None
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=True)
-
-    def save(self, path: Path) -> None:
-        self.tok.save(str(path))
 
 
 def matches(config: dict) -> bool:
@@ -288,6 +285,8 @@ def layout(cfg: BuiltinConfig) -> tuple[dict[str, tuple[int, ...]], dict[str, tu
         "up.weight": (hidden, d),
         "down.weight": (d, hidden),
     }
+    if cfg.side_layers:
+        top.update(side.layout(d, cfg.side_layers, block))
     return top, block
 
 
@@ -317,7 +316,7 @@ def check_shapes(where: str, cfg: BuiltinConfig, shapes: dict[str, tuple[int, ..
                 f"{shape} in the weights, {wanted} by config.json"
             )
     top, block = layout(cfg)
-    needed = len(top) + len(block) * cfg.n_layers
+    needed = len(top) + len(block) * cfg.n_layers  # top holds the side branch's tensors
     if len(shapes) < needed:  # every name is known and unique, so some are missing: the first is among the first len+1
         names = itertools.chain(top, (f"blocks.{i}.{rest}" for i in range(cfg.n_layers) for rest in block))  # lazy
         missing = next(name for name in names if name not in shapes)
@@ -351,36 +350,3 @@ def load(path: Path, device: torch.device, dtype: torch.dtype, trust_remote_code
         forward_batch=forward.padded(lambda ids, keep: model.hidden(ids, mask=keep), model.head, cfg.pad_id, device),
         run_rows=kvcache.run_rows(model.hidden, cfg.pad_id, device),
     )
-
-
-# ---------------------------------------------------------------- making a tokenizer (training, stand-ins)
-
-
-def new_tokenizer():
-    """Byte-level BPE whose pre-tokenizer ends a piece at every newline: no token crosses a
-    line boundary, so encode(a + b) == encode(a) + encode(b) whenever a ends with a newline."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex("\n"), behavior="merged_with_previous"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-def train_tokenizer(texts: list[str], vocab_size: int) -> BuiltinTokenizer:
-    from tokenizers import pre_tokenizers, trainers
-
-    tok = new_tokenizer()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return BuiltinTokenizer(tok)

@@ -56,14 +56,18 @@ def initialise(model: DlmcodeDiffusionLM, folder: Path, tokenizer: BuiltinTokeni
     if grows:  # [EXPAND]'s row starts at the mean embedding: no token's logit is favoured or copied
         embed = weights["embed.weight"]
         weights["embed.weight"] = torch.cat([embed, embed.mean(0, keepdim=True)])
-    model.load_state_dict({k: v.to(device) for k, v in weights.items()})
+    missing, unexpected = model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=False)
+    if unexpected or any(not k.startswith("side.") for k in missing):  # a new side branch starts on its own
+        raise UsageError(f"init={folder}: its weights do not fit this run's model ({(unexpected + missing)[0]})")
 
 
-def portable(path: str | Path, dest: str | Path) -> Path:
+def portable(path: str | Path, dest: str | Path, side_only: bool = False) -> Path:
     """A copy of checkpoint `path` with every float tensor (weights, AdamW moments) in bf16: half the size,
     small enough for a repository, and resumable anywhere by placing it as a run folder's ckpt.pt
     (load_checkpoint casts the state back to the parameters' fp32). The step, data RNG and schedule
-    resume exactly; the weights and moments continue from their bf16 rounding (the shipped precision)."""
+    resume exactly; the weights and moments continue from their bf16 rounding (the shipped precision).
+    With `side_only` (a side_layers run, whose trunk is init's and never moves) only the side branch's
+    weights are kept: resuming starts the trunk from init= again."""
 
     def half(value):
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() > 0:
@@ -74,6 +78,8 @@ def portable(path: str | Path, dest: str | Path) -> Path:
 
     ck = torch.load(path, map_location="cpu", weights_only=False)
     ck["model"], ck["optimizer"] = half(ck["model"]), half(ck["optimizer"])
+    if side_only:
+        ck["model"] = {k: v for k, v in ck["model"].items() if k.startswith("side.")}
     dest = Path(dest)
     tmp = dest.with_suffix(".tmp")
     torch.save(ck, tmp)
@@ -83,7 +89,10 @@ def portable(path: str | Path, dest: str | Path) -> Path:
 
 def load_checkpoint(path: Path, model, opt, rng: np.random.Generator) -> dict:
     ck = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(ck["model"])
+    side = getattr(model, "side", None) is not None  # a side-only checkpoint: the trunk is init's, loaded before
+    missing, unexpected = model.load_state_dict(ck["model"], strict=not side)
+    if unexpected or any(k.startswith("side.") for k in missing):
+        raise UsageError(f"{path}: its weights do not fit this run's model ({(unexpected + missing)[0]})")
     opt.load_state_dict(ck["optimizer"])
     rng.bit_generator.state = ck["np_rng"]
     torch.set_rng_state(ck["torch_rng"])

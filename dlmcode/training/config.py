@@ -57,6 +57,9 @@ class TrainConfig:
     max_middle_lines: int = 10  # with expand: most whole lines in a middle
     expand_lr_mult: float = 1.0  # with expand: [EXPAND]'s embedding row takes this many times the optimizer's step
     end_rows_only: bool = False  # with expand: train only the tied [EXPAND] and [PAD] rows; the rest stays init's
+    side_layers: int = 0  # with expand: train only a side branch of this many blocks giving the [EXPAND] and [PAD]
+    # logits (models/side.py) on top of init, frozen; every other logit stays init's
+    side_rows: str = ""  # with side_layers: a checkpoint whose tied [EXPAND] and [PAD] rows start the branch
     init: str = (
         ""  # start from this model folder's weights (same width, depth, heads, vocab and tokenizer; any context)
     )

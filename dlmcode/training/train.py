@@ -75,7 +75,7 @@ from .data import (
     stream_of,
 )
 from .progress import LogWindow, appended
-from .rows import end_rows, faster_expand_row, only_end_rows
+from .rows import end_rows, expand_report, faster_expand_row, only_end_rows, start_side
 
 # ---------------------------------------------------------------- loss, schedule
 
@@ -84,9 +84,15 @@ def loss_fn(model: DlmcodeDiffusionLM, inp, tgt, msk, bucket: int = 256, frozen_
     """Mean CE over each sequence's masked tokens, averaged over sequences. The head runs only
     on masked rows, padded to a multiple of `bucket` so matmul shapes come from a small set
     (the trial saw RSS grow 1.5 -> 5.2 GB with free shapes). With `frozen_body` the layers run
-    without a graph: only the tied head's rows get a gradient (end_rows_only)."""
-    with torch.no_grad() if frozen_body else contextlib.nullcontext():
-        h = model.hidden(inp)  # (B, L, D)
+    without a graph: only the tied head's rows get a gradient (end_rows_only), or only the side branch
+    (side_layers)."""
+    if frozen_body and model.side is not None:  # only the side branch learns: the trunk runs without a graph
+        with torch.no_grad():
+            x, rope, mask = model.trunk(inp)
+        h = model.with_side(x, inp, rope, None, mask)  # (B, L, D + 2)
+    else:
+        with torch.no_grad() if frozen_body else contextlib.nullcontext():
+            h = model.hidden(inp)  # (B, L, D)
     rows = msk.flatten().nonzero().squeeze(1)  # (M,)
     w = (1.0 / msk.sum(1, keepdim=True).clamp(min=1) / msk.shape[0]).expand_as(msk).flatten()[rows]
     pad = (-len(rows)) % bucket
@@ -116,6 +122,12 @@ def lr_at(cfg: TrainConfig, step: int, elapsed: float) -> float:
 
 
 def make_optimizer(model: DlmcodeDiffusionLM, cfg: TrainConfig) -> torch.optim.AdamW:
+    if model.side is not None and end_rows(cfg):  # the side branch alone: the trunk has no optimizer state
+        params = list(model.side.named_parameters())
+        decay = [p for n, p in params if p.dim() == 2 and not n.startswith("feat")]
+        rest = [p for n, p in params if not (p.dim() == 2 and not n.startswith("feat"))]
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith("embed")]
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith("embed"))]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
@@ -126,6 +138,7 @@ def model_config(cfg: TrainConfig) -> BuiltinConfig:
     return BuiltinConfig(
         vocab_size=cfg.vocab_size + int(cfg.expand),
         expand_id=expand_id(cfg) if cfg.expand else -1,
+        side_layers=cfg.side_layers if cfg.expand else 0,
         dim=cfg.dim,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
@@ -245,11 +258,17 @@ def train(cfg: TrainConfig) -> Iterator[dict]:
     state = {"step": 0, "elapsed": 0.0, "tokens": 0, "best_eval": math.inf, "stable_saved": False}
     ckpt = out / "ckpt.pt"
     if cfg.resume and ckpt.exists():
+        if model.side is not None and cfg.init:  # a side-only checkpoint holds no trunk: it is init's
+            initialise(model, Path(cfg.init), tokenizer)
         state = load_checkpoint(ckpt, model, opt, rng)
         yield {"event": "resumed", **state}
     elif cfg.init:
         initialise(model, Path(cfg.init), tokenizer)
-        yield {"event": "initialised", "from": cfg.init}
+        report = {}
+        if model.side is not None:
+            start_side(model, cfg)
+            report = expand_report(model, heldout, line_end, cfg, lambda: autocast_for(cfg, device))
+        yield {"event": "initialised", "from": cfg.init, **report}
     yield from loop(cfg, model, opt, state, rng, tokenizer, line_end, stream, heldout, out, device)
 
 
@@ -302,6 +321,8 @@ def running(cfg: TrainConfig, state: dict, budget: float) -> bool:
 def checkpoint(cfg, model, opt, state, rng, tokenizer, line_end, heldout, out, autocast, decaying) -> dict:
     held = evaluate(model, heldout, line_end, cfg, autocast)
     record = {"event": "checkpoint", "step": state["step"], "heldout_loss": held, "elapsed": state["elapsed"]}
+    if model.side is not None:
+        record.update(expand_report(model, heldout, line_end, cfg, autocast))
     if held < state["best_eval"]:
         state["best_eval"] = held
         save(model, tokenizer, out / "best", dtype=torch.float32)
