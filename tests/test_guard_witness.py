@@ -67,6 +67,14 @@ PYTHON = [
         "'     #  0x000e -> SHIFT O",
         "UT\n    '\\x0f'     #  0x000f -> SHIFT IN\n)\n",
     ),
+    (  # pathlib.py (a typo fill of `dlmcode speed --guard --typos`): a hole that starts a continuation line of an
+        # `if (` head must end its expression, close the bracket and open the block the lines below indent under
+        "class P:\n    def expanduser(self):\n        if (not (self._drv or self._root) and\n",
+        "            self._parts and self._parts[0][:1] == '~'):\n"
+        "            homedir = os.path.expanduser(self._parts[0])\n            if homedir[:1] == '~':\n",
+        "                raise RuntimeError('no home')\n            return self._from_parts([homedir])\n"
+        "        return self\n",
+    ),
     (  # locale.py: a head whose colon and line break the hole holds
         "def format_string(f, val, grouping=",
         "False, monetary=False):\n",
@@ -294,3 +302,40 @@ def test_c_family_cuts_get_a_first_witness_that_parses(lang, prompt, canonical, 
     assert text is not None, "no first witness"
     assert text.startswith(prompt) and text.endswith(suffix)
     assert syntax.check(text, lang).ok, syntax.check(text, lang).problems
+
+
+METHODS = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(8))  # 24 lines between typo and hole
+TYPOS = [  # `dlmcode speed --guard --typos`' give-ups, shortened: (typo, prompt, canonical, suffix)
+    (  # queue.py: an unclosed bracket far above reads, to the fillers, as the hole's to close
+        "value = call(1,\n",
+        "value = call(1,\n\n\nclass Q:\n" + METHODS + "    def done(self):\n        '''Mark a task done.\n\n"
+        "        Raises a ValueError.\n",
+        "        '''\n        with self.lock:\n            left = self.left - 1\n",
+        "            if left <= 0:\n                raise ValueError('too many')\n            self.left = left\n",
+    ),
+    (  # pathlib.py: the same, an `except` the hole must write
+        "value = call(1,\n",
+        "value = call(1,\n\n\nclass P:\n" + METHODS + "    def r(self, key):\n        try:\n"
+        "            return key + 1\n",
+        "        except TypeError:\n            return NotImplemented\n",
+        "\n    @property\n    def parent(self):\n        return self\n",
+    ),
+    (  # textwrap.py: a broken line far below reads as the lines after the hole that no bridge fits
+        "value = = 1\n",
+        "class W:\n    def __init__(self,\n                 width=70,\n                 *,\n",
+        "                 placeholder=' [...]'):\n        self.width = width\n        self.indent = indent\n",
+        "        self.tabs = tabs\n        self.drop = drop\n\n" + METHODS + "value = = 1\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("typo, prompt, canonical, suffix", TYPOS)
+def test_a_typo_elsewhere_leaves_a_first_witness_that_compiles_once_it_is_fixed(
+    typo, prompt, canonical, suffix, shipped
+):
+    """The judge sets the user's typo aside (a window without it, text/judge.py); the fillers then read that window
+    too (jobs/guarding.JobGuard.clipped), where the whole file showed them the typo."""
+    text = witness_text(shipped, prompt, canonical, suffix, "python")
+    assert text is not None, "no first witness"
+    assert text.startswith(prompt) and text.endswith(suffix)
+    compile(text.replace(typo, "", 1), "<witness>", "exec")

@@ -67,6 +67,7 @@ class JobGuard:
         self.unguarded = decoder  # the decoder before the oracle and the guard: a growing job guards each plan anew
         self.guarded_for = job.plan
         self.rest: str | None = None  # a face's early end (ending): "model" (its top tokens passed) or "witness"
+        self.window: judge.Window | None = None  # set: fillers read the judge's window, not the file (`clipped`)
 
     def for_plan(self, plan: spans.Plan, decoder: Decoder) -> Decoder:
         """The decoder for one round of a growing job over `plan`: its guard made for this plan when it is new."""
@@ -95,6 +96,13 @@ class JobGuard:
             found = guard.first_witness(
                 plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
             )
+        if found is None and fresh and self.judged.small() is not None:  # a typo of the user's misled the fillers
+            self.window = self.judged.small()
+            found = guard.first_witness(
+                plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
+            )
+            if found is None:
+                self.window = None
         first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)
         return dataclasses.replace(
             decoder,
@@ -168,13 +176,28 @@ class JobGuard:
             spans.decode_fill(part, dlm.tokenizer, dlm.special_ids, self.job.trim_at)
             for part in (ids[run.start : start], ids[stop : run.stop])
         )
-        return plan.text[self.file_start : hole.start_char] + head, tail + plan.text[hole.end_char :]
+        before = plan.text[self.file_start : hole.start_char] + head
+        return self.clipped(plan.holes.index(hole), before, plan.text[hole.end_char :], tail)
 
     def around(self) -> list[tuple[str, str]]:
         """Each hole's text before and after it in the user's code (as the canvas has it: a client's context left
         out, its prefix healed, since fillers are tokens on the canvas)."""
         text = self.job.plan.text
-        return [(text[self.file_start : h.start_char], text[h.end_char :]) for h in self.job.plan.holes]
+        return [
+            self.clipped(i, text[self.file_start : h.start_char], text[h.end_char :])
+            for i, h in enumerate(self.job.plan.holes)
+        ]
+
+    def clipped(self, index: int, before: str, after: str, tail: str = "") -> tuple[str, str]:
+        """(before, tail + after) of hole `index`, as the judge reads them when `window` is set: from the window's
+        start, its head above, to its end, its tail below. The fillers then see the code the judge judges, where the
+        whole file would show them the user's own errors elsewhere (an unclosed bracket above reads as the hole's
+        to close; a broken line below as the hole's to bridge): the first witness of a file with a typo."""
+        window = self.window
+        if window is None:
+            return before, tail + after
+        end = window.stop - self.judged.plan.holes[index].end_char  # the judge's text after the hole, to its end
+        return window.head + before[window.start :], tail + after[:end] + window.tail
 
     @property
     def file_start(self) -> int:

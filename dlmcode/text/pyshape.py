@@ -41,6 +41,7 @@ from .pylines import (  # noqa: F401
 )
 
 AHEAD = 40  # logical lines after the hole replayed for a bridge (ours: deeper errors are the judge's)
+OPERANDS = (" x", "x")  # what may end a cut line's expression inside its open brackets, before they close
 HEADS = ("", " x", "x", "()", "():", "(x)", ":", " x:", " = x", "x = x", " x()")  # what may finish a cut line
 
 
@@ -65,12 +66,13 @@ def bridges(before: str, after: str, limit: int = 16) -> tuple[tuple[str, str], 
     whole = whole and len(ahead) <= AHEAD
     rest = _ahead(ahead[:AHEAD])
     out: list[tuple[str, str]] = []
+    lead = continued(cut, line)
     for head in _heads(cut):
         start = shape.copy()
         if cut is not None:
             start.feed(Line(cut.indent, cut.code + mask(head)))
         for middle, ending in rest.middles(start, None if cut is not None else line, tail, whole):
-            out.append((head + ("\n" + middle if cut is not None and middle else middle), ending))
+            out.append((lead + head + ("\n" + middle if cut is not None and middle else middle), ending))
             if len(out) >= limit:
                 break
         if len(out) >= limit:
@@ -202,6 +204,16 @@ def _rest(masked: str, depth: int, inner: str = "") -> str | None:
     return masked if not depth else None
 
 
+def continued(cut: Line | None, line: str) -> str:
+    """The indentation a hole that starts a continuation line of `cut` (inside its brackets, or after a backslash)
+    writes before the rest of it: the cut line's own and one level more. Python reads a continuation line at any
+    indentation; tree-sitter (the judge's first parse) reads one shallower than the block around as an error."""
+    if cut is None or line.strip():
+        return ""
+    want = cut.indent + "    "
+    return want[len(line) :] if want.startswith(line) else ""
+
+
 def _heads(cut: Line | None) -> Iterator[str]:
     """Texts that finish the cut logical line so that it parses (none on a blank line)."""
     if cut is None:
@@ -211,6 +223,10 @@ def _heads(cut: Line | None) -> Iterator[str]:
     for head in HEADS:
         if parses(cut.code + close + head):
             yield close + head
+    for operand in OPERANDS if close else ():  # `if (a and` cut: the operand goes inside the brackets it closes
+        for end in ("", ":"):
+            if parses(cut.code + operand + close + end):
+                yield operand + close + end
 
 
 def forget() -> None:
