@@ -1,6 +1,6 @@
 """Count broken served fills, guarded and not: llama.vim's body through the real app, on standard-library files.
 
-    python -m benchmarks.serve_guard --requests 10 [--seed 0] [-d DECODER]
+    python -m benchmarks.serve_guard --requests 10 [--seed 0] [-d DECODER] [--heldout]
 
 Per kind of request, the same cursors guarded and unguarded (`"options": {"guard": ...}`), with the
 built-in model and the server's defaults: the cursor after the indentation of a random line of
@@ -10,7 +10,9 @@ its response fields). Kinds: `plain` (no time limit), `500ms` and `1ms` (t_max_p
 than 16 KB into a file larger than the server keeps). A fill is broken when the file as the client
 has it afterwards (the whole file, not the server's window: prefix, content, suffix) has a syntax
 error the file without the line did not have (dlmcode's breakage rule). Prints one JSON object:
-per kind and mode, requests, broken, gave_up (the answer said the guard gave up), timed_out.
+per kind and mode, requests, broken, gave_up (the answer said the guard gave up), timed_out, rest_witness (an
+early end committed the guard's witness at the holes left: text the model may not have proposed).
+`--heldout`: the standard library's held-out files (dlmcode/bench/heldout.py), code no built-in model trained on.
 """
 
 from __future__ import annotations
@@ -31,8 +33,13 @@ KINDS = ("plain", "500ms", "1ms", "ends-in-docstring", "begins-in-docstring", "1
 FAR = 16_384 + 1_000  # a cursor this far in is past the server's window (512 tokens x 32 characters)
 
 
-def files(large: bool) -> list[Path]:
-    found = sorted(p for p in STDLIB.glob("*.py") if p.is_file())
+def files(large: bool, heldout: bool = False) -> list[Path]:
+    if heldout:
+        from dlmcode.bench.heldout import heldout_files
+
+        found = sorted(STDLIB / name for name in heldout_files())
+    else:
+        found = sorted(p for p in STDLIB.glob("*.py") if p.is_file())
     sized = [p for p in found if (p.stat().st_size > 3 * FAR) == large and p.stat().st_size > 2_000]
     return [p for p in sized if compiles(p.read_text(errors="replace"))]
 
@@ -84,7 +91,7 @@ def body(kind: str, prefix: str, suffix: str, guard: bool) -> dict[str, Any]:
     return out
 
 
-def measure(requests: int, seed: int, decoder: str | None) -> dict[str, Any]:
+def measure(requests: int, seed: int, decoder: str | None, heldout: bool = False) -> dict[str, Any]:
     from starlette.testclient import TestClient
 
     from dlmcode.models import load
@@ -94,7 +101,7 @@ def measure(requests: int, seed: int, decoder: str | None) -> dict[str, Any]:
     dlm = load()
     engine = Engine(dlm, decoder or "low-confidence", {"block": "8"}, "dual", lang="python")
     client = TestClient(make_app(engine))
-    small, large = files(False), files(True)
+    small, large = files(False, heldout), files(True, heldout)
     report: dict[str, Any] = {}
     for kind in KINDS:
         rng = random.Random(f"{seed}-{kind}")
@@ -104,7 +111,7 @@ def measure(requests: int, seed: int, decoder: str | None) -> dict[str, Any]:
             path = rng.choice(pool)
             cursors.append((path.name, *cursor(path.read_text(errors="replace"), rng, kind == "16kb")))
         for guard in (False, True):
-            counts = {"requests": 0, "broken": 0, "gave_up": 0, "timed_out": 0, "examples": []}
+            counts = {"requests": 0, "broken": 0, "gave_up": 0, "timed_out": 0, "rest_witness": 0, "examples": []}
             for name, prefix, suffix in cursors:
                 got = client.post("/infill", json=body(kind, prefix, suffix, guard)).json()
                 broken = syntax.breakage(prefix + suffix, prefix + got["content"] + suffix, "python").broken
@@ -112,6 +119,7 @@ def measure(requests: int, seed: int, decoder: str | None) -> dict[str, Any]:
                 counts["broken"] += broken
                 counts["gave_up"] += bool((got.get("dlmcode/guard") or {}).get("gave_up"))
                 counts["timed_out"] += bool(got.get("dlmcode/timed_out"))
+                counts["rest_witness"] += (got.get("dlmcode/guard") or {}).get("rest") == "witness"
                 if broken and len(counts["examples"]) < 3:
                     counts["examples"].append({"file": name, "at": len(prefix), "content": got["content"]})
             report[f"{kind} {'guarded' if guard else 'unguarded'}"] = counts
@@ -129,8 +137,9 @@ def command(
     requests: Annotated[int, typer.Option(help="requests per kind (the same cursors guarded and not)")] = 10,
     seed: Annotated[int, typer.Option(help="seed of the cursors")] = 0,
     decoder: Annotated[str | None, typer.Option("--decoder", "-d", help="the server's decoder")] = None,
+    heldout: Annotated[bool, typer.Option(help="the stdlib's held-out files (no built-in model trained on)")] = False,
 ) -> None:
-    print(json.dumps(measure(requests, seed, decoder), indent=1))
+    print(json.dumps(measure(requests, seed, decoder, heldout), indent=1))
 
 
 def main(args: list[str] | None = None) -> None:

@@ -64,6 +64,28 @@ def test_a_cost_row_counts_the_guard_s_seconds_per_call_against_a_forward():
     assert (one.tokens_per_step, four.tokens_per_step) == (1, 4) and four.calls <= one.calls
 
 
+def test_a_typo_fill_whose_guard_gave_up_counts_against_the_target():
+    row = guard_cost.TypoRow("value = = 1", "above", fills=48, guarded=47, compiles=47)
+    assert row.share == pytest.approx(47 / 48) and row.share < guard_cost.TYPO_TARGET
+    assert guard_cost.TypoRow("value = = 1", "below", fills=4, guarded=4, compiles=4).share == 1.0
+
+
+def test_speed_guard_typos_heldout_reads_the_held_out_files(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from dlmcode.bench import heldout
+    from dlmcode.cli import speed
+
+    asked = []
+    monkeypatch.setattr(guard_cost, "typos", lambda dlm, n, files=guard_cost.TYPO_FILES: asked.append(files) or [])
+    speed.guard_costs(None, 0, 2, Console(file=io.StringIO()), heldout=True)
+    speed.guard_costs(None, 0, 2, Console(file=io.StringIO()))
+    assert asked == [guard_cost.HELDOUT_TYPO_FILES, guard_cost.TYPO_FILES]
+    assert all(heldout.is_heldout(name) for name in guard_cost.HELDOUT_TYPO_FILES)  # code no built-in model saw
+
+
 def test_speed_guard_prints_both_tables_and_returns_their_rows(monkeypatch):
     import io
 
@@ -87,7 +109,7 @@ def test_speed_guard_prints_both_tables_and_returns_their_rows(monkeypatch):
     found = speed.guard_costs(None, 2, 3, Console(file=out, width=200))
     assert asked == {"places": 2, "typos": 3}
     assert found["guard_files"][0]["share_of_forward"] == 0.05 and not found["guard_files"][0]["met"]
-    assert found["guard_typos"][0]["compiles_share"] == 1.0
+    assert found["guard_typos"][0]["compiles_share"] == 0.6667  # 2 of 3 fills: the one that gave up counts
     text = out.getvalue()
     assert "share of one uncached forward" in text and "compile once it is fixed" in text and "5.0%" in text
     assert speed.guard_costs(None, 0, 0, Console(file=io.StringIO())) == {"guard_files": []}

@@ -63,6 +63,22 @@ def test_compare_measures_each_decoders_own_breakage_unless_swept(model, source)
     assert "away" in swept.stderr  # the board's column
 
 
+def test_bench_measures_each_decoders_own_breakage_unless_swept(model, tmp_path):
+    from cli_run import SOURCE
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "point.py").write_text(SOURCE)
+    base = ("bench", "-s", tmp_path / "src", "-m", model, "-d", "low-confidence", "--limit", "1", "--json", "--quiet")
+    got = run(*base, "--out", tmp_path / "plain")
+    assert got.exit_code == 0, got.stderr
+    (row,) = json.loads(got.stdout)["rows"]
+    assert row["settings"]["guard"] is False and row["turned_away"] == 0 and row["guard_share"] == 0.0
+    swept = run(*base, "--sweep", "guard=false,true", "--out", tmp_path / "swept")
+    assert swept.exit_code == 0, swept.stderr
+    rows = json.loads(swept.stdout)["rows"]
+    assert [r["settings"]["guard"] for r in rows] == [False, True] and rows[1]["guard_share"] > 0
+
+
 def test_the_summary_line_says_what_the_guard_turned_away():
     stats = {"guard_rejected": 3, "guard_replaced": 2, "guard_checks": 40}
     assert view.turned_away(stats) == "guarded: 3 proposals turned away, 2 replaced"

@@ -122,9 +122,19 @@ def test_a_time_limit_that_runs_out_commits_what_the_guard_passes(budget):
     assert compiles(prefix + got["content"] + suffix), got["content"]
     assert got["dlmcode"]["breakage"]["broken"] is False
     if budget < 1:
-        assert got["dlmcode"]["timed_out"] is True and got["dlmcode"]["guard"]["rest"] == "witness"
+        assert got["dlmcode"]["timed_out"] is True and got["dlmcode"]["guard"]["rest"] == "cut"
         plain = infill(c, prefix, suffix, t_max_predict_ms=budget, **UNGUARDED)
         assert plain["content"] == "return (a + b"  # unguarded, the model's top tokens, broken
+
+
+def test_a_time_limit_serves_the_models_own_tokens_cut_where_they_stop_passing_never_a_fillers():
+    # the model's top tokens `return (a + b` break the file; the witness's were `pass` and spaces, filler text the
+    # model never proposed, and the client got them: now the longest run of the model's own tokens that passes
+    prefix, suffix = "def add(a, b):\n    ", "\n"
+    c = served("def add(a, b):\n", "    return (a + b\n")
+    got = infill(c, prefix, suffix, t_max_predict_ms=1e-6, **GUARDED)
+    assert got["content"] == "return " and got["dlmcode"]["guard"]["rest"] == "cut"
+    assert compiles(prefix + got["content"] + suffix) and got["dlmcode"]["breakage"]["broken"] is False
 
 
 def test_a_time_limit_keeps_the_models_tokens_when_the_guard_passes_them():

@@ -10,7 +10,8 @@ above.
 
 Typos: a guarded fill of a 3-line span inside a function, with one broken line or one unclosed
 bracket of the user's inserted 15 or more lines above or below it, outside its function; the fill
-must compile once the user's line is taken out again (target: 99 % of the guarded fills).
+must compile once the user's line is taken out again (target: 99 % of the fills; one whose guard gave up counts
+against it). On this interpreter's files by default, or on the stdlib's held-out ones (HELDOUT_TYPO_FILES).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ FORWARDS = 7  # timed forwards of the yardstick; the median counts
 SMALL, SMALL_TARGET, LARGE_TARGET = 50_000, 0.02, 0.05  # bytes; guard seconds per call / one forward
 TYPOS = ("value = = 1", "value = call(1,")  # one broken line, one unclosed bracket
 TYPO_FILES = ("queue.py", "textwrap.py", "pathlib.py")
+HELDOUT_TYPO_FILES = ("gzip.py", "multiprocessing/connection.py", "enum.py")  # held out: no built-in model trained on
 TYPO_TARGET = 0.99
 AWAY = 15  # lines between a typo and the span, at least
 
@@ -162,13 +164,14 @@ class TypoRow:
     typo: str
     where: str  # above or below
     fills: int = 0
-    guarded: int = 0
+    guarded: int = 0  # the rest gave up: no witness was found, the fill was decoded unguarded
     compiles: int = 0  # guarded fills that compile once the typo is taken out
     counted_broken: int = 0  # guarded fills the whole file's breakage rule counts broken (with the typo in)
 
     @property
     def share(self) -> float:
-        return self.compiles / max(self.guarded, 1)
+        """Fills that were guarded and compile once the typo is fixed, of all fills: a give-up counts against it."""
+        return self.compiles / max(self.fills, 1)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"compiles_share": round(self.share, 4), "target": TYPO_TARGET}
@@ -281,7 +284,7 @@ def typo_table(rows: list[TypoRow]) -> Any:
 
     title = "guarded fills beside a typo · compile once it is fixed"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("typo", "where", "fills", "guarded", "compile", "share", "rule: broken"):
+    for name in ("typo", "where", "fills", "guarded", "compile", "of fills", "rule: broken"):
         t.add_column(name, justify="left" if name in ("typo", "where") else "right", no_wrap=True)
     for r in rows:
         cells = (str(r.fills), str(r.guarded), str(r.compiles), f"{r.share:.0%}", str(r.counted_broken))

@@ -63,6 +63,10 @@ Typos = Annotated[
     int,
     typer.Option(help="with --guard: this many guarded fills beside a typo of the user's (compile once fixed?)"),
 ]
+TyposHeldout = Annotated[
+    bool,
+    typer.Option(help="with --typos: on the standard library's held-out files, code no built-in model trained on"),
+]
 Shape = Annotated[
     str | None, typer.Option(help="time a random model of a published architecture instead: llada-8b or dream-7b")
 ]
@@ -94,6 +98,7 @@ def speed(
     guard: Guard = False,
     guard_places: GuardPlaces = 4,
     typos: Typos = 0,
+    typos_heldout: TyposHeldout = False,
     against: Against = None,
     sampling: Sampling = False,
     choice: ModelChoice = MODEL,  # --model, --device, ... (flags.model_flags)
@@ -121,7 +126,7 @@ def speed(
         con.print(table)
         summary = timing.summary(rows, dlm, cfg, probes(against, sampling, dlm, con))
         if guard:
-            summary |= guard_costs(dlm, guard_places, typos, con)
+            summary |= guard_costs(dlm, guard_places, typos, con, typos_heldout)
         if json_out:
             emit(json.dumps(summary))
 
@@ -143,7 +148,7 @@ def probes(against: Path | None, sampling: bool, dlm: Any, con: Any) -> dict[str
     return found
 
 
-def guard_costs(dlm: Any, places: int, typos: int, con: Any) -> dict[str, Any]:
+def guard_costs(dlm: Any, places: int, typos: int, con: Any, heldout: bool = False) -> dict[str, Any]:
     """`speed --guard`'s second part (bench/guard_cost.py): the guard's cost on standard-library files, and
     fills beside a typo; the tables on stderr, the rows for --json."""
     from ..bench import guard_cost
@@ -156,7 +161,7 @@ def guard_costs(dlm: Any, places: int, typos: int, con: Any) -> dict[str, Any]:
         con.print(guard_cost.cost_table(rows))
     out: dict[str, Any] = {"guard_files": [r.to_dict() for r in rows]}
     if typos:
-        found = guard_cost.typos(dlm, typos)
+        found = guard_cost.typos(dlm, typos, guard_cost.HELDOUT_TYPO_FILES) if heldout else guard_cost.typos(dlm, typos)
         con.print(guard_cost.typo_table(found))
         out["guard_typos"] = [r.to_dict() for r in found]
     return out

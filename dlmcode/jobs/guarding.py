@@ -23,6 +23,7 @@ from ..core.canvas import Decoder
 from ..models.base import Dlm
 from ..text import guard, judge, spans
 
+CUTS = 64  # judge calls an early end may spend looking for where the model's own tokens stop passing (ours)
 GAVE_UP = "no filling of the holes parses (does the code around them parse?)"
 
 
@@ -210,11 +211,12 @@ class JobGuard:
         completer = built(self.job.decoder)
         return completer.session if completer is not None and contracts.guarded(self.job.decoder) else None
 
-    def ending(self, tokens: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
+    def ending(self, tokens: torch.Tensor, proposed: torch.Tensor, end: int | None = None) -> torch.Tensor:
         """(h,) the ids to commit at every hole left of canvas `tokens` when a face ends the decode early (the
-        server's time limit, the fill's end): `proposed` when the guard passes them, else the witness's own
-        (which agrees with every commit so far), so an early end is guarded too. Unguarded, or before any
-        witness was found, `proposed` as they are."""
+        server's time limit, the fill's end): `proposed` when the guard passes them; else, with an `end` token
+        (one the client's splice ends the fill at), the longest run of `proposed` that passes with the fill ended
+        after it ("cut": the model's own tokens, never a filler's); else the witness's own (which agrees with every
+        commit so far), so an early end is guarded too. Unguarded, or before any witness was found, `proposed`."""
         session = self.session
         if session is None or session.witness is None:
             return proposed
@@ -224,6 +226,14 @@ class JobGuard:
         if session.passes(trial.cpu()):
             self.rest = "model"
             return proposed
+        ids = proposed.cpu()
+        stop = next((k for k, i in enumerate(ids.tolist()) if i == end), len(ids)) if end is not None else 0
+        for k in range(stop - 1, max(stop - 1 - CUTS, -1), -1):  # keep the first k of them, end the fill after
+            kept = torch.cat([ids[:k], torch.full((len(ids) - k,), end, dtype=ids.dtype)])  # type: ignore[arg-type]
+            trial[holes] = kept.to(tokens.device)
+            if session.passes(trial.cpu()):
+                self.rest = "cut"
+                return kept.to(proposed.device)
         self.rest = "witness"
         return session.witness[holes.cpu()].to(proposed.device)
 

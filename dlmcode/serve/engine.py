@@ -10,6 +10,7 @@ streams: whole lines that no later step and no rule can change any more.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -172,8 +173,13 @@ class Engine:
         deadline = start + req.time_ms / 1000 if req.time_ms else None
         complete = length.complete(self.dlm.tokenizer, self.lines_of(req))
         bounds = steps.Bounds(
-            job.plan.positions[0], ends, complete, deadline, cancel or threading.Event(), settle=job.guarding.ending
-        )  # an early end commits what the guard passes
+            job.plan.positions[0],
+            ends,
+            complete,
+            deadline,
+            cancel or threading.Event(),
+            settle=functools.partial(job.guarding.ending, end=ends[0] if ends else None),
+        )  # an early end commits what the guard passes: the model's tokens, cut where they stop passing, if need be
         sent: list[str] = []  # what `emit` was given
         stream = steps.bounded(following(job, bounds), remember, bounds)
         if emit is not None and not reopens(job.decoder, len(job.plan.positions[0])):
