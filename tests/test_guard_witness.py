@@ -98,6 +98,40 @@ PYTHON = [
     ),
 ]
 
+HUMANEVAL = [  # HumanEval-infilling's cuts without a first witness before (multi-line 71 of 5,815, single 3), shortened
+    (  # 95: lines that `break` at several depths below the hole: a loop must be the outermost of their heads
+        'def f(d):\n    """Doc."""\n\n',
+        "    for k in d:\n        if k:\n",
+        "            s = 1\n            break\n        if s:\n            if k:\n                break\n    return s\n",
+    ),
+    (  # 95: ... and an `elif` begins them
+        'def f(d):\n    """Doc."""\n\n',
+        "    for k in d:\n        if k:\n            if k.isupper():\n                s = 1\n",
+        "            elif k.islower():\n                s = 2\n            else:\n                break\n    return\n",
+    ),
+    (  # 150: a body, then a loop whose `else` and `break` come after
+        "def f(n, x, y):\n    if n == 1:\n",
+        "        return y\n    for i in range(2, n):\n",
+        "        if n % i == 0:\n            return y\n            break\n    else:\n        return x\n",
+    ),
+    (  # 105: an `except:` in four tokens (`except x:` is five)
+        "def f(a, d):\n    out = []\n    for v in a:\n        try:\n            out.append(d[v])\n",
+        "        except:\n",
+        "            pass\n    return out\n",
+    ),
+    (  # 124: a `try` around the lines the hole holds, its `except` below them
+        'def f(d):\n    """Doc."""\n\n',
+        "    try:\n        d = d.strip()\n        if d:\n",
+        "            return False\n        if d == 'x':\n            return False\n    except:\n        return False\n"
+        "    return True\n",
+    ),
+    (  # 135: the code after indents by two spaces where the code before indents by four
+        "def f(a):\n    i = 1\n    while i < len(a):\n",
+        "      if a[i] < a[i-1]:\n",
+        "        ind = i\n      i += 1\n    return ind\n",
+    ),
+]
+
 C_FAMILY = [
     (  # a header's `#endif` cut inside its comment: the code after starts inside the comment
         "c",
@@ -288,7 +322,7 @@ C_FAMILY += [  # issue 26's fourth round: preprocessor lines, structs, template 
 ]
 
 
-@pytest.mark.parametrize("prompt, canonical, suffix", PYTHON)
+@pytest.mark.parametrize("prompt, canonical, suffix", PYTHON + HUMANEVAL)
 def test_python_cuts_get_a_first_witness_that_compiles(prompt, canonical, suffix, shipped):
     text = witness_text(shipped, prompt, canonical, suffix, "python")
     assert text is not None, "no first witness"

@@ -26,6 +26,9 @@ def errors(text: str) -> int:
         ("def f(x):\n    if x: a = 1\n    else: a = 2\n    return a\n", 0),  # a compound statement on one line
         ("try: a = 1\nexcept E: pass\n", 0),
         ("x = 1\nif x:\n    return x\n", 1),  # return outside a function, the replay seeing the top level
+        ("def f(a):\n    if a:\n        break\n", 1),  # break outside a loop
+        ("def f(a):\n    while a:\n        if a:\n            continue\n        break\n", 0),
+        ("for a in b:\n    def f():\n        break\n", 1),  # a function's body is outside the loop around it
     ],
 )
 def test_the_replay_counts_what_cpython_refuses(text, bad):

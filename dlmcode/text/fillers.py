@@ -9,6 +9,7 @@ unguarded, and the job says so (docs/guard.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -192,12 +193,16 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
             Filler(close + "\n" + openers_chain(i, below), " ", end)
             for i in dict.fromkeys(["", "    ", "        ", *at])
         ]
+    loops = re.search(r"^[ \t]+(break|continue)\b", after[:CONTEXT], re.M) is not None  # a loop must be around them
     for i in at:  # blocks that the lines below indent under, as many levels deep as they are
         chain = openers_chain(i, below)
         out += [Filler(chain, " ", end), Filler(chain + "  #", "x", end)]
+        out += [Filler(openers_chain(i, below, first="while x:"), " ", end)] if loops and chain.count("\n") else []
         if word in CONTINUATIONS:  # `elif`/`else`/`except` below: a block of its own kind, with a body, at its level
-            body = openers_chain(i, below + "    ", "try:" if word in ("except", "finally") else "if x:")
-            out.append(Filler(body + "\n" + below + "    pass", " ", end))
+            kind = "try:" if word in ("except", "finally") else "if x:"
+            for first in ("if x:", "while x:") if loops else ("if x:",):
+                body = openers_chain(i, below + "    ", kind, first)
+                out.append(Filler(body + "\n" + below + "    pass", " ", end))
         if opens:  # the lines below close brackets: open them in a statement (or a block's head)
             out += [Filler(i + "x = " + opens, " ", end), Filler(i + "if x" + opens, " ", end)]
     if opens_block(before, after):  # the hole ends a line whose next one is deeper: it ends with a colon
@@ -223,12 +228,14 @@ def opens_block(before: str, after: str) -> bool:
 CONTINUATIONS = ("elif", "else", "except", "finally")
 
 
-def openers_chain(indent: str, below: str, last: str = "if x:") -> str:
-    """`if x:` at `indent`, nested as many levels as `below` is deeper (at least one); the deepest is `last`."""
+def openers_chain(indent: str, below: str, last: str = "if x:", first: str = "if x:") -> str:
+    """`if x:` at `indent`, nested as many levels as `below` is deeper (at least one); the deepest is `last`, the
+    outermost of two or more `first`."""
     deeper = below[len(indent) :] if below.startswith(indent) and len(below) > len(indent) else "    "
     step = "\t" if deeper.startswith("\t") else "    "
     levels = max(1, len(deeper) // len(step))
-    return "\n".join(indent + step * n + ("if x:" if n < levels - 1 else last) for n in range(levels))
+    heads = [first if n == 0 and levels > 1 else "if x:" if n < levels - 1 else last for n in range(levels)]
+    return "\n".join(indent + step * n + head for n, head in enumerate(heads))
 
 
 def _lead(line: str) -> str:

@@ -34,13 +34,14 @@ TAILS = (
 def _middles(shape: Shape, blank: str | None, tail: Line | None, rest: Ahead, whole: bool) -> Iterator[tuple[str, str]]:
     """(lines, ending) after the fixed head: the lines, then the start of the hole's last line, for which the
     code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed)."""
-    step = shape.step()
-    for planned, now in _planned(shape, step):
-        text = "\n".join(planned)
-        if blank is not None and planned:
-            text = text[len(blank) :] if text.startswith(blank) else "\n" + text
-        for ending in itertools.islice(rest.endings(now, tail, step, whole), 2):  # now.errors == shape.errors
-            yield text, ending  # a new line even after a blank one: the padding goes before it, not in its indentation
+    own = shape.step()
+    for step in dict.fromkeys([own, rest.step or own]):  # the code after may indent by another step than above
+        for planned, now in _planned(shape, step):
+            text = "\n".join(planned)
+            if blank is not None and planned:
+                text = text[len(blank) :] if text.startswith(blank) else "\n" + text
+            for ending in itertools.islice(rest.endings(now, tail, step, whole), 2):  # now.errors == shape.errors
+                yield text, ending  # a new line even after a blank one: the padding goes before it, not in its indent
 
 
 PLANS = threading.local()  # each thread's plans per shape
@@ -79,25 +80,36 @@ def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
     start = shape.copy()
     for text in body:
         start.feed(Line(_lead(text), "pass"))
+    ends = []
     for level in start.levels():
         closes = []
         for b in reversed(start.blocks):
             if b.kind == "try" and len(b.head) >= len(level):
-                closes += [b.head + "except x:", b.head + step + "pass"]
+                closes += [b.head + "except:", b.head + step + "pass"]  # a bare `except`: one token less
         if closes:
             yield body + closes
             yield body + closes[:-1]  # the last `except` heads the lines below
             yield from _chains(body + closes[:-1], level + step, step, in_def)  # ... or heads of its own body do
         yield from _chains(body + closes, level, step, in_def)
+        ends.append((body + closes, level))
+    for lines_, level in ends:  # last, at every level: chains whose outermost head is a loop or a `try`
+        yield from _chains(lines_, level, step, in_def, OUTER)
 
 
-def _chains(lines_: list[str], level: str, step: str, in_def: bool = True) -> Iterator[list[str]]:
+PAIRS = (("if x:", "if x:"), ("if x:", "while x:"), ("if x:", "try:"), ("def x():", "if x:"))  # (outermost, deepest)
+OUTER = (("while x:", "if x:"), ("try:", "if x:"))  # two or more heads: the code below may `break` or `except` at
+# several depths
+
+
+def _chains(
+    lines_: list[str], level: str, step: str, in_def: bool = True, pairs: tuple[tuple[str, str], ...] = PAIRS
+) -> Iterator[list[str]]:
     """`lines_` then heads nested from `level` down to a depth, the deepest an `if`, a `while` (the code below may
     `break`) or a `try`, the outermost a `def` too (it may `return`: first when no `def` is open, `in_def`), each
-    with and without a body of its own."""
-    for depth in range(1, 4):
-        pairs = (("if x:", "if x:"), ("if x:", "while x:"), ("if x:", "try:"), ("def x():", "if x:"))
-        for first, last in pairs if in_def else pairs[-1:] + pairs[:-1]:  # outside a def, the code below may return
+    with and without a body of its own (`pairs`: the outermost and deepest heads; OUTER: a loop or `try` around
+    `if`s, from two heads deep)."""
+    for depth in range(1, 4) if pairs is PAIRS else range(2, 4):
+        for first, last in pairs if in_def or pairs is not PAIRS else pairs[-1:] + pairs[:-1]:  # it may return
             heads = [first if n == 0 else "if x:" for n in range(depth)]
             heads[-1] = last if depth > 1 or first != "def x():" else first
             chain = [level + step * n + head for n, head in enumerate(heads)]
@@ -151,6 +163,16 @@ class Ahead:
         self.found: dict[tuple, Remembered] = {}
         self.fed: dict[tuple, int] = {}
         self.ends: dict[tuple, Remembered] = {}
+
+    @functools.cached_property
+    def step(self) -> str | None:
+        """The smallest step of indentation between two lines in a row (None: no line is deeper than another)."""
+        best = None
+        for a, b in itertools.pairwise(self.lines):
+            low, high = sorted((a.indent, b.indent), key=len)
+            if len(high) > len(low) and high.startswith(low) and (best is None or len(high) - len(low) < len(best)):
+                best = high[len(low) :]
+        return best
 
     def middles(self, shape: Shape, blank: str | None, tail: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
         """`_middles` of these lines, each shape's read once (lazily: as far as a bridge has asked); the errors

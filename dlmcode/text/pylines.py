@@ -128,11 +128,22 @@ class Shape:
             prev = self.dedent(d, word)
         if word == "return" and self.top and not any(b.kind in ("def", "async") for b in self.blocks):
             self.errors += 1  # `return` outside a function (known only when the replay began at the file's top)
+        if word in ("break", "continue") and self.top and not self.in_loop():
+            self.errors += 1  # CPython's "'break' outside loop" (the window must see every block around it)
         kind = kind_of(word, prev)
         if line.head:
             self.blocks.append(Block(d, kind))
         self.inline = (d, kind) if kind and not line.head else None  # a compound statement on one line
         return self
+
+    def in_loop(self) -> bool:
+        """Whether a `for` or `while` body is open inside the innermost function (an `async` head may be a loop)."""
+        for b in reversed(self.blocks):
+            if b.kind in ("for", "while", "async"):
+                return True
+            if b.kind == "def":
+                return False
+        return False
 
     def dedent(self, d: str, word: str) -> Block | None:
         """Close the blocks deeper than `d` (a lost `try`, a dedent to no level and a misplaced continuation
