@@ -181,6 +181,36 @@ def test_when_nothing_passes_the_fallback_prefers_the_model_s_own_token_to_a_fil
     assert pos.tolist() == [2] and ids.tolist() == [CLOSE] and session.stats.fallback == 1
 
 
+def test_a_lone_proposal_whose_draft_beside_it_passes_is_admitted_before_any_filler_is_built():
+    # witness OPEN N N N CLOSE; the model proposes OPEN at 2 (the witness with it breaks, so does its whole draft
+    # OPEN OPEN OPEN CLOSE); its draft just right of it (CLOSE at 3) closes it: admitted, no filler asked for
+    mask, asked = 9, []
+
+    def fit(before: str, after: str, n: int) -> list[list[int]]:
+        asked.append(n)
+        return [[NEUTRAL] * n]
+
+    canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
+    g = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE]), mask, lambda *_: ("", ""), fit)
+    session = g.begin(canvas)
+    logits = torch.full((5, 10), -5.0)
+    logits[1, OPEN] = logits[2, OPEN] = logits[3, CLOSE] = 3.0
+    pos, ids, _ = session.admit(canvas, logits, torch.tensor([2]), torch.tensor([OPEN]), torch.tensor([0.9]))
+    assert pos.tolist() == [2] and ids.tolist() == [OPEN]
+    assert session.witness.tolist() == [OPEN, NEUTRAL, OPEN, CLOSE, CLOSE] and balanced(session.witness) == 0
+    assert asked == [] and session.stats.checks == 4  # the witness, the draft, the draft left of it, right of it
+
+
+def test_the_draft_is_the_model_s_top_token_at_every_hole_never_the_mask():
+    mask = 9
+    canvas = torch.tensor([OPEN, mask, mask, CLOSE])
+    session = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, CLOSE]), mask).begin(canvas)
+    logits = torch.zeros(4, 10)
+    logits[1, mask], logits[1, 4], logits[2, 5], logits[2, mask] = 9.0, 3.0, 7.0, 6.0  # the mask tops row 1 only
+    logits[0, 6] = logits[3, 6] = 9.0  # rows of committed tokens are not read
+    assert session.draft(canvas, logits).tolist() == [OPEN, 4, 5, CLOSE]
+
+
 # ---------------------------------------------------------------- the check, on hand-made partial fills
 
 

@@ -13,6 +13,7 @@ from dlmcode.text.spans import (
     DEFAULT_MARKER_LENGTH,
     Hole,
     find_markers,
+    joined,
     parse_span,
     plan_generate,
     plan_infill,
@@ -504,3 +505,16 @@ def test_round_trip_sweep_of_spans_and_windows(bpe):
                 assert filled.span_lines == [(first, last)]
                 checked += 1
     assert checked > 50
+
+
+def test_joined_is_the_splice_s_text_and_fill_regions_without_its_line_ranges(bpe):
+    # the guard's escape check reads only the text and where each fill stands (jobs/guarding.py)
+    text = LONG[:450] + "a = ⟦fill:3⟧\n" + LONG[450:500] + "b = ⟦fill:4⟧\n" + LONG[500:]
+    plan = plan_infill(text, Vocab(bpe, MASK, 80), None, None)
+    ids = [bpe.encode("return result")[:3], [*bpe.encode("x")[:1], PAD, EOS, *bpe.encode("y")[:1]]]
+    canvas = fill_ids(plan, ids)
+    for trim in (None, EOS):
+        whole = splice(plan, canvas, bpe, drop_ids=frozenset({PAD}), trim_at=trim)
+        got = joined(plan, canvas.tokens, bpe, frozenset({PAD}), trim)
+        assert got == (whole.text, whole.regions)
+    assert joined(plan, canvas.tokens, bpe, frozenset({PAD}), EOS)[0].count("b = x\n") == 1

@@ -118,11 +118,15 @@ class JobGuard:
         """Whether a fill turns the user's code after a hole into a comment or a string (a `#` that comments
         out the rest of the line, a quote it leaves open): the judge passes such a text, the user would not.
         The literal each hole ends in must be one of `literals`, or the one it began in."""
-        lang = self.job.lang
-        filled = self.job.spliced(dataclasses.replace(self.job.plan.canvas, tokens=tokens, span=None))
-        for (start, end), want in zip(filled.regions, self.literals, strict=True):
-            began = {guard.open_literal(filled.text[:start], lang)} if None in want else set()
-            if guard.literal_at(filled.text, end, lang) not in want | began:
+        lang, job = self.job.lang, self.job
+        if job.client is not None:
+            filled = job.spliced(dataclasses.replace(job.plan.canvas, tokens=tokens, span=None))
+            text, regions = filled.text, filled.regions
+        else:  # the splice's text alone: its line ranges cost a count over the whole file at every check
+            text, regions = spans.joined(job.plan, tokens, job.dlm.tokenizer, job.dlm.special_ids, job.trim_at)
+        for (start, end), want in zip(regions, self.literals, strict=True):
+            began = {guard.open_literal(text[:start], lang)} if None in want else set()
+            if guard.literal_at(text, end, lang) not in want | began:
                 return True
         return False
 

@@ -66,6 +66,8 @@ ADOPT, RETRY = (
 )  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 TOGETHER = 4  # judge calls per cut when admitting the proposals on one side of a cut together (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
+BESIDE = 3  # fillers tried in each run of holes beside a proposal (ours: docs/guard.md, Cost: of the passes, nearly
+# all came from the first three, and building the others was most of the guard's time on large files)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
 
 
@@ -169,9 +171,11 @@ class Session(Search):
         draft = self.draft(tokens, logits)
         every = tokens.clone()
         every[pos] = ids
-        found = self.complete(every, draft, pos[:0])
-        found = self.sweep(every, draft) if found is None else found
-        if found is not None:  # the whole proposal at once: one or two parses in the common case
+        found = self.complete(every, draft, pos[:0])  # the witness, the draft: one or two parses in the common case
+        if found is None and len(pos) == 1:  # the draft beside it first: no filler to build
+            found = self.complete(every, draft, pos, EASY + 3, fillers=0)
+        found = self.sweep(every, draft) if found is None else found  # fillers over the draft's runs
+        if found is not None:  # the whole proposal at once
             self.witness = found
             return pos.to(device), ids.to(device), scores.to(device)
         covered = self.together(tokens, draft, pos, ids)  # the proposals one witness holds, admitted at once
@@ -297,7 +301,7 @@ class Session(Search):
         updated), trying at most `trials` candidates (0: all the search has); None when none passes."""
         trial = current.clone()
         trial[p] = token
-        found = self.complete(trial, draft, torch.tensor([p]), trials or TRIALS)
+        found = self.complete(trial, draft, torch.tensor([p]), trials or TRIALS, BESIDE)
         if found is not None:
             self.witness = found
             current[p] = token
@@ -326,7 +330,11 @@ class Session(Search):
         """(L,) `tokens` with the model's most likely token at every hole (the mask never)."""
         holes = (tokens == self.guard.mask_id).nonzero().squeeze(-1)
         out = tokens.clone()
-        if holes.numel():
-            rows = sampling.without(logits[holes.to(logits.device)].float(), self.guard.mask_id)  # (H, V)
-            out[holes] = rows.argmax(-1).cpu()
+        if holes.numel():  # the rows' argmax, read without copying them again (one copy each call was ~0.5 ms)
+            rows = logits[holes.to(logits.device)]  # (H, V)
+            top = rows.argmax(-1)  # (H,): the mask is its own argmax only in a rare row, recomputed without it
+            bad = (top == self.guard.mask_id).nonzero().squeeze(-1)
+            if bad.numel():
+                top[bad] = sampling.without(rows[bad].float(), self.guard.mask_id).argmax(-1)
+            out[holes] = top.cpu()
         return out

@@ -53,6 +53,8 @@ from ..core.vocab import Tokenizer, Vocab
 from .windows import fit_window
 
 if TYPE_CHECKING:  # torch is imported where a canvas is built: the CLI checks --span before paying ~2 s for torch
+    from torch import Tensor
+
     from ..core.canvas import Canvas
 
 DEFAULT_MARKER_LENGTH = 16  # tokens for a bare ⟦fill⟧: about one line of code; our choice
@@ -291,6 +293,16 @@ def splice(
     fills = [decode_fill(run, tokenizer, drop_ids, trim_at) for run in runs]
     text, spans = _join(plan.text, plan.holes, fills)
     return Filled(text, [i for run in runs for i in run], fills, [line_range(text, s, e) for s, e in spans], spans)
+
+
+def joined(
+    plan: Plan, tokens: Tensor, tokenizer: Tokenizer, drop_ids: frozenset[int] = frozenset(), trim_at: int | None = None
+) -> tuple[str, list[tuple[int, int]]]:
+    """`splice`'s text and each fill's [start, end) in it, without its line ranges (a count over the whole text
+    that the guard's every check does not read)."""
+    ids = tokens.tolist()
+    fills = [decode_fill(ids[r.start : r.stop], tokenizer, drop_ids, trim_at) for r in plan.positions]
+    return _join(plan.text, plan.holes, fills)
 
 
 def reference(plan: Plan, originals: Sequence[str] | None = None) -> tuple[str, list[tuple[int, int]]]:

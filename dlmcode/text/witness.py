@@ -45,7 +45,9 @@ class Search:
         self.stats.checks += 1
         return self.guard.judge(canvas)
 
-    def complete(self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0) -> Tensor | None:
+    def complete(
+        self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0, fillers: int = -1
+    ) -> Tensor | None:
         """A witness that agrees with every token of `fixed` (holes are free), or None if the search finds none
         among its first `trials` candidates (0: TRIALS)."""
         free = fixed == self.guard.mask_id  # (L,)
@@ -54,7 +56,7 @@ class Search:
             return self.witness  # the proposal is the witness's own choice: nothing to check
         mixed = torch.where(free, draft, fixed)
         candidates = itertools.chain(
-            [base, mixed], self.repairs(base, draft, free, changed)
+            [base, mixed], self.repairs(base, draft, free, changed, fillers)
         )  # repairs built only if needed
         for candidate in itertools.islice(unique(candidates), trials or TRIALS):
             if self.passes(candidate):
@@ -76,21 +78,24 @@ class Search:
         texts = lambda i: around(mixed, runs[i].start, runs[i].stop)  # noqa: E731 (read when the search gets there)
         return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=budget or SWEEP)
 
-    def repairs(self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor) -> Iterator[Tensor]:
+    def repairs(
+        self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor, fillers: int = -1
+    ) -> Iterator[Tensor]:
         """Witness candidates that rewrite the holes just beside a proposal: with the draft, then with fillers."""
         runs = runs_beside(free, changed)
         for run in runs:
             trial = base.clone()
             trial[run] = draft[run]
             yield trial
-        if self.guard.around is None or self.guard.fit is None:
+        if self.guard.around is None or self.guard.fit is None or fillers == 0:
             return
         for run in runs[:2]:
             start, stop = int(run[0]), int(run[-1]) + 1
             if stop - start != run.numel():
                 continue  # a left and right run together: not one stretch of text
             before, after = self.guard.around(base, start, stop)
-            for ids in self.guard.fit(before, after, stop - start):
+            made = self.guard.fit(before, after, stop - start)
+            for ids in made if fillers < 0 else itertools.islice(made, fillers):
                 trial = base.clone()
                 trial[start:stop] = torch.tensor(ids, dtype=torch.long)
                 yield trial
