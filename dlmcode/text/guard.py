@@ -66,8 +66,9 @@ ADOPT, RETRY = (
 )  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 TOGETHER = 4  # judge calls per cut when admitting the proposals on one side of a cut together (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
-BESIDE = 3  # fillers tried in each run of holes beside a proposal (ours: docs/guard.md, Cost: of the passes, nearly
-# all came from the first three, and building the others was most of the guard's time on large files)
+BESIDE = 3  # fillers tried in each run of holes beside a lone proposal (ours: docs/guard.md, Cost: of the passes,
+# nearly all came from the first three, and building the others was most of the guard's time on large files; with
+# several proposals a call, every filler the search reaches: capped there too, the decodes took more calls)
 CHECKS_PER_CALL = 48  # judge calls one decoder call may spend before the rest of its proposals wait (ours)
 
 
@@ -137,6 +138,7 @@ class Session(Search):
         self.guard, self.witness, self.stats = guard, witness, stats
         self.memo: dict[bytes, int] = {}
         self.spent = 0  # checks in the current call
+        self.beside = -1  # fillers tried beside a proposal in the current call (-1: all)
 
     def admit(
         self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
@@ -160,7 +162,7 @@ class Session(Search):
         device = tokens.device
         if pos.numel() == 0:
             return pos, ids, scores
-        self.spent = 0
+        self.spent, self.beside = 0, BESIDE if pos.numel() == 1 else -1
         if self.witness is None and not self.adopt(tokens, logits):
             self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found:
             first = scores.cpu().argmax().view(1)  # one token a call meanwhile, so the drafts get more chances
@@ -301,7 +303,7 @@ class Session(Search):
         updated), trying at most `trials` candidates (0: all the search has); None when none passes."""
         trial = current.clone()
         trial[p] = token
-        found = self.complete(trial, draft, torch.tensor([p]), trials or TRIALS, BESIDE)
+        found = self.complete(trial, draft, torch.tensor([p]), trials or TRIALS, self.beside)
         if found is not None:
             self.witness = found
             current[p] = token
