@@ -94,6 +94,27 @@ def propose(
     return ids, conf, soft
 
 
+def propose_unscored(logits: Tensor, mask_id: int, late_ids: tuple[int, ...] = ()) -> tuple[Tensor, Tensor]:
+    """At temperature 0, for a decoder that reads of the confidences only which are 0: `propose`'s ids,
+    and a conf that is 0 exactly where `propose`'s is and 1 elsewhere, without its (H, V) softmax.
+
+    `propose`'s conf of row h is w / total, with w = exp(l[id] - max l) and total >= 1 (the maximum's
+    own weight is 1) and <= V: it is 0 for a late id, and can be 0 otherwise only when l[id] sits far
+    below the maximum (the mask id held it, and the next token is e^600 times less likely), or a logit
+    is infinite or NaN. Any such row and the softmax is made after all, by `propose` itself.
+    """
+    peak, best = logits.max(-1)  # (H,), (H,)
+    ids = argmax_without(logits, mask_id, best.clone())  # (H,)
+    gap = logits.gather(-1, ids[:, None]).squeeze(-1).double() - peak.double()  # (H,) 0 where the argmax is kept
+    if not bool((gap > -600).all()):  # far below the maximum, or not finite (NaN compares false)
+        ids, conf, _ = propose(logits, 0.0, torch.Generator(logits.device), mask_id, late_ids)  # draws nothing
+        return ids, (conf != 0).double()
+    conf = torch.ones(len(ids), dtype=torch.float64, device=ids.device)  # (H,)
+    if late_ids:
+        conf = conf.masked_fill(torch.isin(ids, torch.tensor(late_ids, device=ids.device)), 0.0)
+    return ids, conf
+
+
 def draw(
     logits: Tensor,
     soft: Softmax,

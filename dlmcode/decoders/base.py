@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -111,6 +111,10 @@ class BaseDecoder:
     def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
         return blockwise(self, canvas, predict, rng)
 
+    # Whether `choose` reads the confidences' values. False: at temperature 0 it gets conf 0 where the
+    # proposal's probability is 0 (a late id), else 1, and no (H, V) softmax is made (sampling.propose_unscored).
+    scores: ClassVar[bool] = True
+
     def choose(self, logits: Tensor, ids: Tensor, conf: Tensor, block: BlockState, rng: torch.Generator) -> Choice:
         """Which active holes to commit, given their logits (H, V), proposed ids and confidences (H,)."""
         raise NotImplementedError
@@ -180,7 +184,10 @@ def propose(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The decoder's choice among the active holes, given their logits `rows` (H, V): their positions,
     proposed ids and scores."""
-    ids, conf, _ = sampling.propose(rows, decoder.temperature, rng, canvas.mask_id, canvas.late_ids)  # (H,), (H,)
+    if decoder.temperature == 0 and not decoder.scores:  # the same ids and zeros, without the softmax
+        ids, conf = sampling.propose_unscored(rows, canvas.mask_id, canvas.late_ids)  # (H,), (H,) 0 or 1
+    else:
+        ids, conf, _ = sampling.propose(rows, decoder.temperature, rng, canvas.mask_id, canvas.late_ids)  # (H,), (H,)
     choice = decoder.choose(rows, ids, conf, block, rng)
     chosen = choice.rows.to(active.device)  # decoders work where the logits are (a GPU); the canvas stays put
     return active[chosen], ids[choice.rows].to(active.device), choice.scores.to(active.device)

@@ -99,19 +99,29 @@ def candidates(canvas: Canvas, size: int, window: int) -> list[Tensor]:
     return [piece for run in runs for piece in run.split(size)][:window]
 
 
-def run_assistant(
+def run_groups(
     decoder: Codila, logits: Tensor, blocks: list[Tensor], mask_id: int, temperature: float, rng: torch.Generator
-) -> list[tuple[Tensor, Tensor]]:
-    """(ids, entropies) of the assistant's decode of each block; blocks of one length share a batch."""
+) -> list[tuple[list[int], Tensor, Tensor]]:
+    """The assistant's decode of the blocks, a batch per block length: (which blocks, ids (N, B), entropies (N, B))."""
     assistant = decoder.assistant
     device = assistant.table.device
-    out: list[tuple[Tensor, Tensor]] = [None] * len(blocks)  # type: ignore[list-item]
+    out = []
     for length in sorted({len(b) for b in blocks}):
         group = [i for i, b in enumerate(blocks) if len(b) == length]
         probs = marginals(logits[torch.stack([blocks[i] for i in group])].to(device), assistant.vocab)  # (N, B, vocab)
         ids, entropies = decode(assistant, probs, temperature, rng, banned=mask_id)  # (N, B), (N, B)
+        out.append((group, ids.cpu(), entropies.cpu()))
+    return out
+
+
+def run_assistant(
+    decoder: Codila, logits: Tensor, blocks: list[Tensor], mask_id: int, temperature: float, rng: torch.Generator
+) -> list[tuple[Tensor, Tensor]]:
+    """(ids, entropies) of the assistant's decode of each block; blocks of one length share a batch."""
+    out: list[tuple[Tensor, Tensor]] = [None] * len(blocks)  # type: ignore[list-item]
+    for group, ids, entropies in run_groups(decoder, logits, blocks, mask_id, temperature, rng):
         for row, i in enumerate(group):
-            out[i] = (ids[row].cpu(), entropies[row].cpu())
+            out[i] = (ids[row], entropies[row])
     return out
 
 
@@ -126,8 +136,12 @@ def late(ids: Tensor, late_ids: tuple[int, ...]) -> Tensor:
 
 def static(d: Codila, logits: Tensor, canvas: Canvas, blocks: list[Tensor], rng: torch.Generator):
     """The candidate block with the lowest mean entropy, whole; blocks holding a late id rank last."""
-    decoded = run_assistant(d, logits, blocks, canvas.mask_id, d.temperature, rng)
-    keys = [(bool(late(ids, canvas.late_ids).any()), float(ent.mean())) for ids, ent in decoded]
+    keys: list[tuple[bool, float]] = [None] * len(blocks)  # type: ignore[list-item]
+    decoded: list[tuple[Tensor, Tensor]] = [None] * len(blocks)  # type: ignore[list-item]
+    for group, ids, ent in run_groups(d, logits, blocks, canvas.mask_id, d.temperature, rng):
+        # a group's rows at once: a row's mean here has the bits of its own (tests/test_codila.py)
+        for row, key in enumerate(zip(late(ids, canvas.late_ids).any(-1).tolist(), ent.mean(-1).tolist(), strict=True)):
+            keys[group[row]], decoded[group[row]] = key, (ids[row], ent[row])
     best = min(range(len(blocks)), key=keys.__getitem__)
     return blocks[best], decoded[best][0], decoded[best][1], len(blocks[best])
 

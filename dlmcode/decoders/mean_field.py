@@ -44,6 +44,8 @@ class MeanField(BaseDecoder):
         32, "compare two holes on their top-N tokens only (faster; can only raise the penalty); 0 = every token"
     )  # ours
 
+    scores = False  # choose reads of the confidences only which are 0 (late proposals)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 <= self.tau <= 1, "tau", self.tau, "must be in [0, 1]")

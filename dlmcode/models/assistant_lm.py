@@ -72,18 +72,20 @@ class CausalBlock(nn.Module):
         self.up = nn.Linear(cfg.dim, cfg.ffn_mult * cfg.dim, bias=False)
         self.down = nn.Linear(cfg.ffn_mult * cfg.dim, cfg.dim, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past: list[Tensor] | None = None) -> Tensor:
-        x = x + self.attend(self.norm1(x), cos, sin, past)
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+    def forward(self, x: Tensor, rot: Rotation, past: list[Tensor] | None = None) -> Tensor:
+        """x (N, T, D), or (N, D) for one position (decoding's steps: no axis of length 1 to carry)."""
+        x = x + self.attend(rms_norm(x, self.norm1), rot, past)
+        return x + F.linear(F.gelu(F.linear(rms_norm(x, self.norm2), self.up.weight)), self.down.weight)
 
-    def attend(self, x: Tensor, cos: Tensor, sin: Tensor, past: list[Tensor] | None = None) -> Tensor:
+    def attend(self, x: Tensor, rot: Rotation, past: list[Tensor] | None = None) -> Tensor:
         """Causal attention of x's positions; with `past` ([k, v] of the positions before them, or []),
         they also attend to those, and `past` is updated to hold theirs too."""
-        n, length, dim = x.shape
+        n, dim = x.shape[0], x.shape[-1]
+        length = 1 if x.dim() == 2 else x.shape[1]
         qkv = (
-            self.qkv(x).view(n, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)
+            F.linear(x, self.qkv.weight).view(n, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)
         )  # (3, N, H, T, hd)
-        (q, k), v = layers.apply_rope(qkv[:2], cos, sin), qkv[2]  # q and k rotated in one go: decoding is op-bound
+        (q, k), v = rotate(qkv[:2], *rot), qkv[2]  # q and k rotated in one go: decoding is op-bound
         if past:
             k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (N, H, P + T, hd)
         if past is not None:
@@ -94,7 +96,32 @@ class CausalBlock(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:  # no past (plain causal), or one new position (sees everything)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=not before)  # (N, H, T, hd)
-        return self.out(y.transpose(1, 2).reshape(n, length, dim))
+        return F.linear(y.transpose(1, 2).reshape(x.shape), self.out.weight)
+
+
+ROTATIONS_KEPT = 256  # spans of rotate's tables an assistant keeps: a decode asks for B of them
+Rotation = tuple[Tensor, Tensor]  # RoPE's cos and sin over the whole head dim, the sines signed: see `rotate`
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """layers.apply_rope with tables over the whole head dim, cos = [cos, cos] and sin = [-sin, sin] (T, hd):
+    x * cos + x's halves swapped * sin gives [x1 cos - x2 sin, x2 cos + x1 sin], the same bits as apply_rope
+    (a - b is a + (-b), and a sum does not depend on its order) in four operations instead of ten."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+
+
+def rms_norm(x: Tensor, norm: nn.RMSNorm) -> Tensor:
+    """norm(x). In float32 without autocast, as the operations torch's own composite makes (the same bits,
+    tests/test_assistant.py), six where it makes twenty-three: a decoding step's rows are a few hundred numbers, so
+    its cost is the operations' count."""
+    if x.dtype != torch.float32 or torch.is_autocast_enabled(x.device.type):
+        return norm(x)  # torch computes a bf16 input in float32
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(norm.eps)) * norm.weight
+
+
+def rotation_tables(cos: Tensor, sin: Tensor) -> Rotation:
+    """apply_rope's (T, hd/2) tables -> rotate's (T, hd)."""
+    return torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1)
 
 
 class TinyAssistant(nn.Module):
@@ -125,12 +152,23 @@ class TinyAssistant(nn.Module):
 
         `past`: each layer's [k, v] of the positions before x ([] per layer at the start), extended in place.
         """
-        start = past[0][0].shape[2] if past and past[0] else 0
-        cos, sin = self.rope(start + x.shape[1], x.device)
-        cos, sin = cos[start:], sin[start:]
+        rot = self.rotation(past[0][0].shape[2] if past and past[0] else 0, x.shape[1], x.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, None if past is None else past[i])
+            x = block(x, rot, None if past is None else past[i])
         return self.norm(x[:, -1:] if last else x) @ self.table.t()  # (N, T or 1, vocab)
+
+    def rotation(self, start: int, length: int, device: torch.device) -> Rotation:
+        """rotate's tables for positions start..start+length-1, cut from `rope`'s and kept until those are made
+        again (decoding is op-bound: its steps ask for the same few spans at every call)."""
+        kept = self.__dict__.setdefault("_rotations", {})
+        found = kept.get((device, start, length))
+        if found is None:
+            if len(kept) >= ROTATIONS_KEPT:
+                kept.clear()
+            cos, sin = self.rope(start + length, device)  # may make the tables again, and forget what was cut
+            with torch.inference_mode(False):  # made during decoding, used by training too: never an inference tensor
+                found = kept[device, start, length] = rotation_tables(cos[start:], sin[start:])
+        return found
 
     def rope(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """cos/sin of positions 0..length-1, computed once per device and reused (decoding is op-bound)."""
@@ -141,12 +179,20 @@ class TinyAssistant(nn.Module):
                 cached = self._rope[device] = layers.rope_tables(
                     size, self.cfg.dim // self.cfg.n_heads, self.cfg.rope_theta, device
                 )
+            self.__dict__.setdefault("_rotations", {}).clear()
         return cached[0][:length], cached[1][:length]
 
     def extend(self, x: Tensor, past: list[list[Tensor]] | None = None) -> tuple[Tensor, list[list[Tensor]]]:
-        """Run only x's new positions after those `past` holds (None: none): last logits (N, vocab), new past."""
+        """Run only x's new positions after those `past` holds (None: none): last logits (N, vocab), new past.
+
+        One new position (a decoding step) runs as (N, D) rows: the same products, fewer operations."""
         past = [[] for _ in self.blocks] if past is None else past
-        return self(x, last=True, past=past)[:, -1], past
+        rot = self.rotation(past[0][0].shape[2] if past[0] else 0, x.shape[1], x.device)
+        if x.shape[1] == 1:
+            x = x[:, 0]
+        for block, kept in zip(self.blocks, past, strict=True):
+            x = block(x, rot, kept)
+        return F.linear(rms_norm(x if x.dim() == 2 else x[:, -1], self.norm), self.table), past
 
 
 # ---------------------------------------------------------------- a Hugging Face causal LM
