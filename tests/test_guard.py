@@ -523,3 +523,24 @@ def test_a_comment_the_user_s_own_line_ends_in_may_stay_one(shipped):
     # the hole replaces code and a comment that run to the end of the line: a comment may end the fill there
     job = job_for(shipped, "x = 1⟦fill:3⟧\ny = 3\n")
     assert completable(job, partial(shipped, job, {1: " #"}))
+
+
+def test_a_witness_never_hides_a_held_token_in_a_comment_it_opened(shipped):
+    # `x =  X # =` parses, but the model's ` =` at the hole's end would say nothing there: only a comment holds it
+    job = job_for(shipped, "x = ⟦fill:4⟧\ny = 2\n")
+    assert not completable(job, partial(shipped, job, {3: " ="}))
+    assert completable(job, partial(shipped, job, {1: " #", 3: " ="})), "the model's own comment may hold its tokens"
+
+
+def test_the_witness_s_own_token_inside_its_comment_is_not_admitted_unsearched(shipped):
+    # the witness holds a filler's ` #` and then ` =` on the same line; ` =` proposed there is the witness's own
+    # token, which the guard used to admit without a check (the comment start was left for a later call to commit)
+    job = job_for(shipped, "x = ⟦fill:4⟧\ny = 2\n")
+    session = job.decoder.completer.begin(job.plan.canvas.tokens)
+    session.witness = partial(shipped, job, {0: " 1", 1: " #", 2: " =", 3: " ="})
+    assert job.guarding.judge(session.witness) == 0
+    proposal = partial(shipped, job, {3: " ="})
+    at = (proposal != job.plan.canvas.tokens).nonzero().squeeze(-1)
+    assert session.complete(proposal, session.witness, at) is None
+    code = partial(shipped, job, {0: " 1"})  # a token the comment does not hide keeps the witness as it is
+    assert session.complete(code, session.witness, code.ne(job.plan.canvas.tokens).nonzero().squeeze(-1)) is not None

@@ -260,7 +260,7 @@ def test_a_turned_away_proposal_waits_while_another_hole_takes_its_place():
 
     start = canvas(4)
     witness = start.tokens.masked_fill(start.holes, NEUTRAL)
-    sg = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK))
+    sg = SyntaxGuard(spread=True, completer=guard.Guard(brackets, witness, MASK))
     steps = decode(sg, start, predict)
     assert trace(steps) == [([2, 5], []), ([3], []), ([4], [])]
     assert steps[-1].canvas.tokens[2:6].tolist() == [NEUTRAL, OPEN, CLOSE, NEUTRAL]
@@ -290,9 +290,41 @@ def test_a_comment_start_is_never_offered_in_place_of_a_turned_away_proposal():
     start = canvas(4)
     witness = start.tokens.masked_fill(start.holes, NEUTRAL)
     fit = SimpleNamespace(escape=lambda t: t == hash_)
-    sg = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK, fit=fit))
+    sg = SyntaxGuard(spread=True, completer=guard.Guard(brackets, witness, MASK, fit=fit))
     step = next(sg(start, lambda tokens: rows_for(first, len(tokens)), torch.Generator().manual_seed(0)))
     assert sorted(step.filled.tolist()) == [2]
-    plain = SyntaxGuard(completer=guard.Guard(brackets, witness, MASK))  # no comment starts: 5 is offered
+    plain = SyntaxGuard(spread=True, completer=guard.Guard(brackets, witness, MASK))  # no comment starts: 5 is offered
     step = next(plain(start, lambda tokens: rows_for(first, len(tokens)), torch.Generator().manual_seed(0)))
     assert sorted(step.filled.tolist()) == [2, 5]
+
+
+def test_own_admission_turns_away_without_searching_a_stand_in():
+    # the guard alone puts OTHER where CLOSE has no witness; asked for the proposals' own tokens only it commits 2
+    # alone and judges no stand-in (syntax-guard drops stand-ins, so searching them was wasted checks)
+    first = {2: {NEUTRAL: 12.0}, 3: {NEUTRAL: 1.0}, 4: {CLOSE: 3.0, OTHER: 2.5}, 5: {NEUTRAL: 2.0}}
+    start = canvas(4)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+    judged = []
+    counted = lambda tokens: judged.append(tokens.tolist()) or brackets(tokens)  # noqa: E731
+    session = guard.Guard(counted, witness, MASK).begin(start.tokens)
+    pos, ids, _ = session.admit(
+        start.tokens, rows_for(first, 7), torch.tensor([2, 4]), torch.tensor([NEUTRAL, CLOSE]), torch.ones(2), own=True
+    )
+    assert sorted(zip(pos.tolist(), ids.tolist(), strict=True)) == [(2, NEUTRAL)]
+    assert not any(t[4] == OTHER for t in judged), "no canvas with the stand-in was judged"
+
+
+def test_a_comment_start_pick_waits_while_the_other_picks_go():
+    # holes 2..5, all picks sure and side by side (spread off); 3 proposes a comment start (HASH). Committed with
+    # the others it would hold whatever follows it on its line, so it waits: call 1 commits 2, 4, 5; call 2 offers
+    # it alone (the model still wants it: then it is the model's own comment, as a one-token decoder would write).
+    hash_ = 9
+    picks = {2: {NEUTRAL: 12.0}, 3: {hash_: 11.0}, 4: {NEUTRAL: 10.0}, 5: {NEUTRAL: 9.0}}
+    start = canvas(4)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+    fit = SimpleNamespace(escape=lambda t: t == hash_)
+    sg = SyntaxGuard(spread=False, completer=guard.Guard(brackets, witness, MASK, fit=fit))
+    steps = decode(sg, start, lambda tokens: rows_for(picks, len(tokens)))
+    assert trace(steps) == [([2, 4, 5], []), ([3], [])]
+    plain = SyntaxGuard(spread=False, completer=guard.Guard(brackets, witness, MASK))  # no comment starts known
+    assert trace(decode(plain, start, lambda tokens: rows_for(picks, len(tokens)))) == [([2, 3, 4, 5], [])]

@@ -19,11 +19,12 @@ class Gate(Protocol):
     """One guarded decode's session: every commit of the shared loops goes through `admit`."""
 
     def admit(
-        self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
+        self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, own: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The commits (positions, ids, scores) to make of the proposals `pos`/`ids`/`scores` (k,) on the
         canvas `tokens` (L,) with the call's `logits` (L, V): after each, the holes left can still be filled
-        so that the file parses. At least one commit when any is offered."""
+        so that the file parses. At least one commit when any is offered. `own`: commit the proposals' own
+        tokens or none (no less likely stand-in), but for the one commit that a call must make."""
         ...
 
 

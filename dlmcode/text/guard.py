@@ -33,6 +33,7 @@ hole: text/literals.py.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -139,16 +140,22 @@ class Session(Search):
         self.memo: dict[bytes, int] = {}
         self.spent = 0  # checks in the current call
         self.beside = -1  # fillers tried beside a proposal in the current call (-1: all)
+        self.own = False  # this call's proposals are kept or turned away as they are: no less likely token is tried
+        self.held: Tensor | None = None  # (L,) bool: what the witness searched for must agree with (`hides`)
+        self.ends: dict[int, str] = {}  # token -> its text, read for `hides`
 
     def admit(
-        self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
+        self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, own: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The commits (positions, ids, scores) to make of a decoder's proposals, most confident first.
 
         Every returned commit keeps a witness; at least one commit is returned when any hole is offered.
-        All its time is the guard's (Stats.seconds), the search's as well as the judge's.
+        All its time is the guard's (Stats.seconds), the search's as well as the judge's. `own`: a proposal with
+        no witness is not replaced by a less likely token (a decoder that commits the model's own tokens only
+        would drop it), so none is searched for; the fallback's token may still be the witness's.
         """
         start, cpu = time.perf_counter(), time.thread_time()
+        self.own = own
         try:
             return self.search(tokens, logits, pos, ids, scores)
         finally:
@@ -216,8 +223,11 @@ class Session(Search):
                 take = (here <= cut) if left else (here >= cut)
                 fixed = torch.where(free & side, draft, base)
                 fixed[here[take]] = ids[rest][take]
+                held = base != self.guard.mask_id  # what is committed and proposed: the draft before the cut is not
+                held[here[take]] = True
+                self.held = held
                 kept = torch.where(fixed == self.guard.mask_id, self.witness, fixed)  # the witness beyond the cut
-                found = kept if self.passes(kept) else self.sweep(fixed, draft, TOGETHER)
+                found = kept if self.passes(kept) else self.sweep(fixed, draft, TOGETHER, held)
                 if found is not None:
                     self.witness = found
                     taken[rest[take]] = True
@@ -261,6 +271,50 @@ class Session(Search):
             self.stats.fallback += 1
         p_, t_, s_ = zip(*kept, strict=True)
         return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
+
+    def complete(
+        self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0, fillers: int = -1
+    ) -> Tensor | None:  # noqa: E501, F811
+        """`Search.complete`, where the witness's own tokens under its comment are not enough (`hides`)."""
+        self.held = held = fixed != self.guard.mask_id
+        base = torch.where(held, fixed, self.witness)
+        if not (torch.equal(base, self.witness) and self.hides(base)):
+            return super().complete(fixed, draft, changed, trials, fillers)
+        mixed = torch.where(held, fixed, draft)
+        candidates = itertools.chain([mixed], self.repairs(base, draft, ~held, changed, fillers))
+        return next((c for c in itertools.islice(unique(candidates), trials or TRIALS) if self.passes(c)), None)
+
+    def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0, held: Tensor | None = None) -> Tensor | None:
+        """`Search.sweep`; `held`: what no comment may hide (`hides`) when not all of `fixed` (`together`)."""
+        self.held = fixed != self.guard.mask_id if held is None else held
+        return super().sweep(fixed, draft, budget)
+
+    def errors(self, canvas: Tensor) -> int:
+        """`Search.errors`; a candidate that `hides` a held token fails unjudged."""
+        return 1 if self.hides(canvas) else super().errors(canvas)
+
+    def hides(self, canvas: Tensor) -> bool:
+        """Whether a comment start the search put in a hole hides a held token after it (committed, proposed, the
+        user's): the judge passes `x = 1 # ) )`, but then a later call has to commit that ` #` (docs/guard.md)."""
+        if self.held is None or not hasattr(self.guard.fit, "escape") or not hasattr(self.guard.fit, "tokenizer"):
+            return False  # no comment starts known (a toy language)
+        ids, held, decode = canvas.tolist(), self.held.tolist(), self.guard.fit.tokenizer.decode
+        text = lambda t: self.ends[t] if t in self.ends else self.ends.setdefault(t, decode([t]))  # noqa: E731
+        for p in (~self.held).nonzero().squeeze(-1).tolist():
+            if not self.escape(ids[p]):
+                continue
+            mark = text(ids[p])
+            close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
+            if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
+                continue  # it ends inside its own token (a `#` inside a string is taken for a comment: a false alarm
+            for q in range(p + 1, len(ids)):  # costs a candidate, never validity)
+                piece = text(ids[q])
+                cut = piece.find(close)
+                if held[q] and (cut < 0 or piece[:cut].strip()):
+                    return True
+                if cut >= 0:
+                    break
+        return False
 
     def adopt(self, tokens: Tensor, logits: Tensor) -> bool:
         """A witness from this call's draft (whole, or with fillers in some runs of holes); False: none yet.
@@ -312,9 +366,11 @@ class Session(Search):
 
     def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
         """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""
+        out = [(token, score)]
+        if self.own:
+            return out
         row = logits[p].float().cpu()  # (V,)
         total = torch.logsumexp(row, 0)  # probabilities of the few tokens read, without a softmax over all
-        out = [(token, score)]
         k = min(self.guard.candidates + 2, row.numel())
         for other in row.topk(k).indices.tolist():
             if len(out) >= self.guard.candidates:

@@ -231,10 +231,10 @@ class TimedGate:
     def __init__(self, gate: contracts.Gate, clock: GuardClock) -> None:
         self.gate, self.clock = gate, clock
 
-    def admit(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def admit(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         began = time.thread_time()
         try:
-            return self.gate.admit(*args)
+            return self.gate.admit(*args, **kwargs)
         finally:
             self.clock.cpu += time.thread_time() - began
 
