@@ -10,9 +10,9 @@ another hole's own token first), and other holes of the block are offered in its
 is committed only when no hole's own token fits (`Run.admit`). A pick that starts a comment waits while
 the other picks go (committed with them, it would hold whatever follows it on its line).
 
-`spread` was on until issue 26's fifth round: on 100 humaneval-infill-single tasks it took 3.7 calls for
+`spread` was on until issue 26's fifth round: on 100 humaneval-infill-single tasks it took 3.72 calls for
 a 9.5-token line (TPF 2.55), once the guard no longer let a comment it put in a hole hold the model's
-tokens; off, 3.1 calls (TPF 3.06) at the same exact match and pass@1 (docs/guard.md).
+tokens; off, 3.11 calls (TPF 3.05) at the same exact match, pass@1 and trivial rate (docs/guard.md).
 
 Before the guard existed this decoder steered with a syntax oracle (dlmcode/text/oracle.py): it
 committed proposals outside the draft's new errors first (`flags`), reopened tokens that sat
