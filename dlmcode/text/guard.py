@@ -273,8 +273,8 @@ class Session(Search):
         return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
 
     def complete(
-        self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0, fillers: int = -1
-    ) -> Tensor | None:  # noqa: E501, F811
+        self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0, fillers: int = -1  # noqa: F811
+    ) -> Tensor | None:
         """`Search.complete`, where the witness's own tokens under its comment are not enough (`hides`)."""
         self.held = held = fixed != self.guard.mask_id
         base = torch.where(held, fixed, self.witness)
