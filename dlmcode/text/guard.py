@@ -273,7 +273,12 @@ class Session(Search):
         return torch.tensor(p_), torch.tensor(t_, dtype=torch.long), torch.tensor(s_, dtype=scores.dtype)
 
     def complete(
-        self, fixed: Tensor, draft: Tensor, changed: Tensor, trials: int = 0, fillers: int = -1  # noqa: F811
+        self,
+        fixed: Tensor,
+        draft: Tensor,
+        changed: Tensor,
+        trials: int = 0,
+        fillers: int = -1,  # noqa: F811
     ) -> Tensor | None:
         """`Search.complete`, where the witness's own tokens under its comment are not enough (`hides`)."""
         self.held = held = fixed != self.guard.mask_id
@@ -285,12 +290,11 @@ class Session(Search):
         return next((c for c in itertools.islice(unique(candidates), trials or TRIALS) if self.passes(c)), None)
 
     def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0, held: Tensor | None = None) -> Tensor | None:
-        """`Search.sweep`; `held`: what no comment may hide (`hides`) when not all of `fixed` (`together`)."""
+        # `held`: what no comment may hide (`hides`) when not all of `fixed` (`together`); errors: hidden fails
         self.held = fixed != self.guard.mask_id if held is None else held
         return super().sweep(fixed, draft, budget)
 
     def errors(self, canvas: Tensor) -> int:
-        """`Search.errors`; a candidate that `hides` a held token fails unjudged."""
         return 1 if self.hides(canvas) else super().errors(canvas)
 
     def hides(self, canvas: Tensor) -> bool:
@@ -300,9 +304,7 @@ class Session(Search):
             return False  # no comment starts known (a toy language)
         ids, held, decode = canvas.tolist(), self.held.tolist(), self.guard.fit.tokenizer.decode
         text = lambda t: self.ends[t] if t in self.ends else self.ends.setdefault(t, decode([t]))  # noqa: E731
-        for p in (~self.held).nonzero().squeeze(-1).tolist():
-            if not self.escape(ids[p]):
-                continue
+        for p in [p for p in (~self.held).nonzero().squeeze(-1).tolist() if self.escape(ids[p])]:
             mark = text(ids[p])
             close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
             if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
