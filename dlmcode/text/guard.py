@@ -308,8 +308,8 @@ class Session(Search):
             mark = text(ids[p])
             close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
             if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
-                continue  # it ends inside its own token (a `#` inside a string is taken for a comment: a false alarm
-            for q in range(p + 1, len(ids)):  # costs a candidate, never validity)
+                continue  # it ends inside its own token
+            for q in range(p + 1, len(ids)):  # a `#` in a string counts too: costs a candidate, never validity
                 piece = text(ids[q])
                 cut = piece.find(close)
                 if held[q] and (cut < 0 or piece[:cut].strip()):
