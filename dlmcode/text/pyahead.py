@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .pylines import Line, Shape, _lead, _openers, parses, replay
+from .pylines import Line, Shape, _lead, _openers, parses
 
 MEMO = 4096  # shapes remembered per run of lines after a hole
 TAILS = (
@@ -216,11 +216,58 @@ class Ahead:
         key = shape.key()
         found = self.memo.get(key)
         if found is None:
-            end = replay(list(self.lines), Shape(shape.copy().blocks, shape.base, 0, shape.inline, shape.top))
-            found = (end.errors, end.end() - end.errors)
+            found = replayed(self.lines, Shape(shape.copy().blocks, shape.base, 0, shape.inline, shape.top))
             if len(self.memo) < MEMO:
                 self.memo[key] = found
         return shape.errors + found[0] + (found[1] if whole else 0)
+
+
+SUFFIXES = threading.local()  # each thread's runs of lines (by id) and the replays over them from each shape
+RUNS = 1 << 16  # runs of lines a thread names before it starts over (and forgets every replay with them)
+REPLAYS = 1 << 18  # replays a thread remembers before it starts over
+
+
+def replayed(lines_: tuple[Line, ...], shape: Shape) -> tuple[int, int]:
+    """(errors, then the errors the end of the file adds) of `replay(lines_, shape)`, `shape`'s own errors left
+    out, `shape` used up. The same as the replay: a replay's next step depends on its shape's key and the lines
+    left, not on the errors counted (`Shape.key`), so the replay of a run of lines from a shape is remembered per
+    (run, key) at every line, and one from another shape stops where it meets a remembered one. The lines after a
+    hole differ from one call's draft to the next only in their first lines; the shapes a bridge leaves meet again
+    once the code after the hole closes their blocks (most within a line or two)."""
+    memo = SUFFIXES.__dict__.setdefault("memo", {})
+    runs = suffixes(lines_)
+    start, seen = shape.errors, []
+    for j, line in enumerate(lines_):
+        at = (runs[j], shape.key())
+        hit = memo.get(at)
+        if hit is not None:
+            errors, extra = shape.errors + hit[0], hit[1]
+            break
+        seen.append((at, shape.errors))
+        shape.feed(line)
+    else:
+        errors, extra = shape.errors, shape.end() - shape.errors
+    if len(memo) + len(seen) > REPLAYS:
+        memo.clear()
+    for at, before in seen:
+        memo[at] = (errors - before, extra)
+    return errors - start, extra
+
+
+def suffixes(lines_: tuple[Line, ...]) -> list[int]:
+    """An id for each run of lines `lines_[j:]` (the same run, the same id, within a thread), the empty run's last."""
+    names = SUFFIXES.__dict__.setdefault("names", {})
+    if len(names) + len(lines_) > RUNS:  # start over: no id may name two runs, so no replay of an old one is kept
+        names.clear()
+        SUFFIXES.__dict__.setdefault("memo", {}).clear()
+    out = [0] * (len(lines_) + 1)  # 0: no lines
+    for j in range(len(lines_) - 1, -1, -1):
+        key = (lines_[j], out[j + 1])
+        found = names.get(key)
+        if found is None:
+            found = names[key] = len(names) + 1
+        out[j] = found
+    return out
 
 
 class Remembered:

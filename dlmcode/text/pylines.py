@@ -42,12 +42,12 @@ class Line:
     indent: str
     code: str
 
-    @property
+    @functools.cached_property  # read at every `feed`, thousands of times a line: computed once
     def word(self) -> str:
         found = WORD.match(self.code)
         return found.group() if found else ""
 
-    @property
+    @functools.cached_property
     def head(self) -> bool:
         return self.code.endswith(":")
 

@@ -22,7 +22,7 @@ import bisect
 import functools
 from collections.abc import Iterator
 
-from .pyahead import AHEADS, PLANS, Ahead, _ahead  # noqa: F401 (pyshape's names)
+from .pyahead import AHEADS, PLANS, SUFFIXES, Ahead, _ahead  # noqa: F401 (pyshape's names)
 from .pylines import (  # noqa: F401
     MASK,
     MASKED,
@@ -233,4 +233,5 @@ def forget() -> None:
     """This thread's Aheads and the bridges remembered (tests: a fresh replay)."""
     AHEADS.__dict__.pop("kept", None)
     PLANS.__dict__.pop("memo", None)
+    SUFFIXES.__dict__.clear()
     bridges.cache_clear()
