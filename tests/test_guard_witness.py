@@ -75,6 +75,14 @@ PYTHON = [
         "                raise RuntimeError('no home')\n            return self._from_parts([homedir])\n"
         "        return self\n",
     ),
+    (  # multiprocessing/connection.py (held out): the hole opens a loop, whose try's `else` the lines below
+        # `break` out of: a bridge's `if x:` would leave that `break` outside any loop
+        "def client(address):\n    t = timeout()\n",
+        "    while 1:\n        try:\n            wait(address, 1000)\n",
+        "            h = create(\n                address, 0,\n                )\n        except OSError as e:\n"
+        "            if e.winerror not in (1, 2) or check(t):\n                raise\n"
+        "        else:\n            break\n    else:\n        raise\n    return h\n",
+    ),
     (  # locale.py: a head whose colon and line break the hole holds
         "def format_string(f, val, grouping=",
         "False, monetary=False):\n",

@@ -97,7 +97,7 @@ def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
 
 
 PAIRS = (("if x:", "if x:"), ("if x:", "while x:"), ("if x:", "try:"), ("def x():", "if x:"))  # (outermost, deepest)
-OUTER = (("while x:", "if x:"), ("try:", "if x:"))  # two or more heads: the code below may `break` or `except` at
+OUTER = (("while x:", "if x:"), ("try:", "if x:"), ("while x:", "try:"))  # two or more heads: the code below may `break` or `except` at
 # several depths
 
 
