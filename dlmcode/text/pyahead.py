@@ -97,8 +97,9 @@ def _plans(shape: Shape, step: str) -> Iterator[list[str]]:
 
 
 PAIRS = (("if x:", "if x:"), ("if x:", "while x:"), ("if x:", "try:"), ("def x():", "if x:"))  # (outermost, deepest)
-OUTER = (("while x:", "if x:"), ("try:", "if x:"), ("while x:", "try:"))  # two or more heads: the code below may `break` or `except` at
-# several depths
+# two or more heads: the code below may `break` or `except` at several depths; a loop around a `try` whose `else`
+# breaks out of it (multiprocessing/connection.py's PipeClient)
+OUTER = (("while x:", "if x:"), ("try:", "if x:"), ("while x:", "try:"))
 
 
 def _chains(
