@@ -104,3 +104,27 @@ def test_decode_entropies_and_ids_equal_the_plain_steps():
             logits[:, 59] = -torch.inf
             assert torch.equal(ids[:, j], logits.argmax(-1))
             logits = plain_extend(model, model.embed_ids(ids[:, j])[:, None], past)
+
+
+def test_the_training_forward_and_its_gradients_are_the_plain_modules_bits():
+    """CausalBlock runs through `block` on plain tensors (torch.matmul on the transposed weights, as F.linear calls it):
+    the forward the trainer runs, and its gradients, are the module form's bits."""
+    model = tiny(3, vocab=40, dim=32, n_layers=2)
+    x = torch.randn(3, 7, 32, generator=torch.Generator().manual_seed(2))
+    logits = model(x)
+    logits.square().sum().backward()
+    mine = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    cos, sin = layers.rope_tables(7, 8, model.cfg.rope_theta, x.device)
+    h = x
+    for block in model.blocks:
+        n, length, dim = h.shape
+        qkv = block.qkv(block.norm1(h)).view(n, length, 3, block.n_heads, dim // block.n_heads).permute(2, 0, 3, 1, 4)
+        (q, k), v = layers.apply_rope(qkv[:2], cos, sin), qkv[2]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h + block.out(y.transpose(1, 2).reshape(n, length, dim))
+        h = h + block.down(F.gelu(block.up(block.norm2(h))))
+    plain = model.norm(h) @ model.table.t()
+    plain.square().sum().backward()
+    assert torch.equal(logits, plain)
+    assert all(torch.equal(a, p.grad) for a, p in zip(mine, model.parameters(), strict=True))

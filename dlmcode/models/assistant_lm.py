@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -74,29 +74,76 @@ class CausalBlock(nn.Module):
 
     def forward(self, x: Tensor, rot: Rotation, past: list[Tensor] | None = None) -> Tensor:
         """x (N, T, D), or (N, D) for one position (decoding's steps: no axis of length 1 to carry)."""
-        x = x + self.attend(rms_norm(x, self.norm1), rot, past)
-        return x + F.linear(F.gelu(F.linear(rms_norm(x, self.norm2), self.up.weight)), self.down.weight)
+        return block(self.plain(), x, rot, past)
 
-    def attend(self, x: Tensor, rot: Rotation, past: list[Tensor] | None = None) -> Tensor:
-        """Causal attention of x's positions; with `past` ([k, v] of the positions before them, or []),
-        they also attend to those, and `past` is updated to hold theirs too."""
-        n, dim = x.shape[0], x.shape[-1]
-        length = 1 if x.dim() == 2 else x.shape[1]
-        qkv = (
-            F.linear(x, self.qkv.weight).view(n, length, 3, self.n_heads, dim // self.n_heads).permute(2, 0, 3, 1, 4)
-        )  # (3, N, H, T, hd)
-        (q, k), v = rotate(qkv[:2], *rot), qkv[2]  # q and k rotated in one go: decoding is op-bound
-        if past:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (N, H, P + T, hd)
-        if past is not None:
-            past[:] = [k, v]
-        before = k.shape[2] - length
-        if before and length > 1:  # new positions after cached ones: each sees the past and the new ones up to itself
-            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(before)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:  # no past (plain causal), or one new position (sees everything)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=not before)  # (N, H, T, hd)
-        return F.linear(y.transpose(1, 2).reshape(x.shape), self.out.weight)
+    def plain(self) -> Plain:
+        """The block's weights as `block` takes them: the products' matrices transposed, as F.linear multiplies."""
+        return Plain(
+            self.norm1.weight,
+            self.norm1.eps,
+            self.qkv.weight.t(),
+            self.out.weight.t(),
+            self.norm2.weight,
+            self.norm2.eps,
+            self.up.weight.t(),
+            self.down.weight.t(),
+            self.n_heads,
+        )
+
+
+class Plain(NamedTuple):
+    """A block's weights as plain tensors (decoding is op-bound: no module calls or look-ups per step)."""
+
+    norm1: Tensor
+    eps1: float | None
+    qkv: Tensor  # (D, 3D): qkv.weight.t()
+    out: Tensor  # (D, D)
+    norm2: Tensor
+    eps2: float | None
+    up: Tensor  # (D, ffn_mult D)
+    down: Tensor  # (ffn_mult D, D)
+    heads: int
+
+
+def block(w: Plain, x: Tensor, rot: Rotation, past: list[Tensor] | None = None) -> Tensor:
+    """CausalBlock's computation on x (N, T, D) or (N, D). torch.matmul(x, W.t()) is the call F.linear makes
+    without a bias (the same product, the same bits), here without its dispatch."""
+    x = x + attend(w, rms(x, w.norm1, w.eps1), rot, past)
+    return x + torch.matmul(F.gelu(torch.matmul(rms(x, w.norm2, w.eps2), w.up)), w.down)
+
+
+def step(w: Plain, x: Tensor, rot: Rotation, past: list[Tensor]) -> Tensor:
+    """block() on one new position per row, x (N, D), after the positions `past` holds: the same operations on the
+    same numbers (q, k and v viewed in place of permuted, attention with no mask as block's with one new position),
+    with fewer views around them."""
+    n, dim = x.shape
+    qkv = torch.mm(rms(x, w.norm1, w.eps1), w.qkv).view(n, 3, w.heads, 1, dim // w.heads)  # (N, 3, H, 1, hd)
+    qk = rotate(qkv[:, :2], *rot)  # (N, 2, H, 1, hd)
+    k, v = torch.cat([past[0], qk[:, 1]], 2), torch.cat([past[1], qkv[:, 2]], 2)  # (N, H, P + 1, hd)
+    past[:] = [k, v]
+    y = F.scaled_dot_product_attention(qk[:, 0], k, v)  # (N, H, 1, hd)
+    x = x + torch.mm(y.reshape(n, dim), w.out)
+    return x + torch.mm(F.gelu(torch.mm(rms(x, w.norm2, w.eps2), w.up)), w.down)
+
+
+def attend(w: Plain, x: Tensor, rot: Rotation, past: list[Tensor] | None = None) -> Tensor:
+    """Causal attention of x's positions; with `past` ([k, v] of the positions before them, or []),
+    they also attend to those, and `past` is updated to hold theirs too."""
+    n, dim = x.shape[0], x.shape[-1]
+    length = 1 if x.dim() == 2 else x.shape[1]
+    qkv = torch.matmul(x, w.qkv).view(n, length, 3, w.heads, dim // w.heads).permute(2, 0, 3, 1, 4)  # (3, N, H, T, hd)
+    (q, k), v = rotate(qkv[:2], *rot), qkv[2]  # q and k rotated in one go: decoding is op-bound
+    if past:
+        k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (N, H, P + T, hd)
+    if past is not None:
+        past[:] = [k, v]
+    before = k.shape[2] - length
+    if before and length > 1:  # new positions after cached ones: each sees the past and the new ones up to itself
+        mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(before)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    else:  # no past (plain causal), or one new position (sees everything)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=not before)  # (N, H, T, hd)
+    return torch.matmul(y.transpose(1, 2).reshape(x.shape), w.out)
 
 
 ROTATIONS_KEPT = 256  # spans of rotate's tables an assistant keeps: a decode asks for B of them
@@ -111,12 +158,17 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def rms_norm(x: Tensor, norm: nn.RMSNorm) -> Tensor:
-    """norm(x). In float32 without autocast, as the operations torch's own composite makes (the same bits,
-    tests/test_assistant.py), six where it makes twenty-three: a decoding step's rows are a few hundred numbers, so
-    its cost is the operations' count."""
-    if x.dtype != torch.float32 or torch.is_autocast_enabled(x.device.type):
-        return norm(x)  # torch computes a bf16 input in float32
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(norm.eps)) * norm.weight
+    """norm(x), as `rms` computes it."""
+    return rms(x, norm.weight, norm.eps)
+
+
+def rms(x: Tensor, weight: Tensor, eps: float | None) -> Tensor:
+    """nn.RMSNorm's computation (`weight`, `eps`) on x. In float32 without autocast, as the operations torch's own
+    composite makes (the same bits, tests/test_assistant_steps.py), six where it makes twenty-three: a decoding step's
+    rows are a few hundred numbers, so its cost is the operations' count."""
+    if x.dtype != torch.float32 or eps is None or torch.is_autocast_enabled(x.device.type):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)  # torch computes a bf16 input in float32
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(eps)) * weight
 
 
 def rotation_tables(cos: Tensor, sin: Tensor) -> Rotation:
@@ -145,16 +197,13 @@ class TinyAssistant(nn.Module):
         return self.embed.weight[: self.vocab]  # (vocab, D)
 
     def embed_ids(self, ids: Tensor) -> Tensor:
-        return self.embed(ids)
+        return F.embedding(ids, self.embed.weight)  # what self.embed(ids) calls, without the module call
 
-    def forward(self, x: Tensor, last: bool = False, past: list[list[Tensor]] | None = None) -> Tensor:
-        """Logits of every position, or of the last one only (decoding: the head is most of the cost).
-
-        `past`: each layer's [k, v] of the positions before x ([] per layer at the start), extended in place.
-        """
-        rot = self.rotation(past[0][0].shape[2] if past and past[0] else 0, x.shape[1], x.device)
-        for i, block in enumerate(self.blocks):
-            x = block(x, rot, None if past is None else past[i])
+    def forward(self, x: Tensor, last: bool = False) -> Tensor:
+        """Logits of every position, or of the last one only (decoding: the head is most of the cost)."""
+        rot = self.rotation(0, x.shape[1], x.device)
+        for b in self.blocks:
+            x = b(x, rot)
         return self.norm(x[:, -1:] if last else x) @ self.table.t()  # (N, T or 1, vocab)
 
     def rotation(self, start: int, length: int, device: torch.device) -> Rotation:
@@ -182,17 +231,31 @@ class TinyAssistant(nn.Module):
             self.__dict__.setdefault("_rotations", {}).clear()
         return cached[0][:length], cached[1][:length]
 
-    def extend(self, x: Tensor, past: list[list[Tensor]] | None = None) -> tuple[Tensor, list[list[Tensor]]]:
+    def extend(self, x: Tensor, past: Past | None = None) -> tuple[Tensor, Past]:
         """Run only x's new positions after those `past` holds (None: none): last logits (N, vocab), new past.
 
-        One new position (a decoding step) runs as (N, D) rows: the same products, fewer operations."""
-        past = [[] for _ in self.blocks] if past is None else past
-        rot = self.rotation(past[0][0].shape[2] if past[0] else 0, x.shape[1], x.device)
-        if x.shape[1] == 1:
-            x = x[:, 0]
-        for block, kept in zip(self.blocks, past, strict=True):
-            x = block(x, rot, kept)
-        return F.linear(rms_norm(x if x.dim() == 2 else x[:, -1], self.norm), self.table), past
+        One new position (a decoding step) runs as (N, D) rows: the same products, fewer operations. The weights
+        are read once per decode, at its first call (`Past`)."""
+        if past is None:
+            head = (self.norm.weight, self.norm.eps, self.table.t())
+            past = Past([[] for _ in self.blocks], tuple(b.plain() for b in self.blocks), head)
+        rot = self.rotation(past.length, x.shape[1], x.device)
+        past.length += x.shape[1]
+        run, x = (step, x[:, 0]) if x.shape[1] == 1 and past.length > 1 else (block, x)
+        for w, kept in zip(past.blocks, past.kv, strict=True):
+            x = run(w, x, rot, kept)
+        weight, eps, table = past.head
+        return torch.mm(rms(x if x.dim() == 2 else x[:, -1], weight, eps), table), past
+
+
+@dataclass(eq=False)
+class Past:
+    """What TinyAssistant.extend keeps between the calls of one decode."""
+
+    kv: list[list[Tensor]]  # each layer's [k, v] (N, H, length, hd), [] before the first call
+    blocks: tuple[Plain, ...]  # the blocks' weights as plain tensors
+    head: tuple[Tensor, float | None, Tensor]  # the final norm's weight and eps, the tied head (D, vocab)
+    length: int = 0  # positions run so far
 
 
 # ---------------------------------------------------------------- a Hugging Face causal LM
