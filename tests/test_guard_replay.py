@@ -71,3 +71,14 @@ def test_a_run_of_lines_keeps_no_id_of_another_after_starting_over(monkeypatch):
     assert pyahead.replayed(a, open_if.copy()) == plain(a, open_if)
     assert pyahead.replayed(b, open_if.copy()) == plain(b, open_if)  # past RUNS: the names start over
     assert pyahead.replayed(a, open_if.copy()) == plain(a, open_if)
+
+
+def test_lines_read_downward_and_upward_are_the_splits_lines():
+    from dlmcode.text.fillers import downward, upward
+
+    for text in ("", "\n", "a", "a\n", "\na", "a\n\nb\n", "  x = 1\n\n    y\n"):
+        assert list(downward(text)) == text.split("\n")
+        assert list(upward(text)) == list(reversed(text.split("\n")))
+        for stop in range(len(text) + 1):
+            assert list(upward(text, stop)) == list(reversed(text[:stop].split("\n")))
+    assert next(downward("x\n" + "y\n" * 10**6)) == "x"  # the first line, the rest never split

@@ -9,6 +9,7 @@ unguarded, and the job says so (docs/guard.md).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -137,33 +138,32 @@ def made_lazily(lang: str, before: str, after: str, blank: bool, rare: bool = Fa
 PY_WORDS = ("except", "return", "raise", "import", "from", "if", "elif", "else", "for", "while", "with", "def", "class")
 
 
-def python_more(before: str, after: str, inside: str, close: str, quote: str, rare: bool = False) -> list[Filler]:
+def python_more(before: str, after: str, inside: str, close: str, quote: str, rare: bool = False) -> Iterator[Filler]:
     """Python's fillers for what the others miss (the held-out suites' give-ups): a head before the docstring the
     code after the hole starts inside of, a line in brackets at the indentation of the line above, a line the
     code after goes on with a backslash, a head whose colon and line break the hole holds, and, where the
     code after starts inside a comment, any filler of the code below that line with the comment opened at its
-    end (the escape rule admits that only where the user's own code is a comment there)."""
-    out = []
+    end (the escape rule admits that only where the user's own code is a comment there). Each made when the
+    search reads that far (most searches end before: these are the last fillers tried)."""
     line = before[before.rfind("\n") + 1 :]
     first, _, rest = after.partition("\n")
     short = next((q for q in ('"', "'") if _odd(first, q)), "")  # a one-line string, where a docstring was read
     for q in dict.fromkeys(q for q in (quote, short) if q and not inside):
-        out += [Filler(start, " ", end + q) for start, end in pyshape.bridges(before, q + after)] if rare else []
-        out += [Filler(" = " + q, "x", "")] if line.strip() else []
-    lead = _lead(next((x for x in reversed(before.split("\n")[:-1]) if x.strip()), ""))
+        yield from [Filler(start, " ", end + q) for start, end in pyshape.bridges(before, q + after)] if rare else []
+        yield from [Filler(" = " + q, "x", "")] if line.strip() else []
+    lead = _lead(next((x for x in itertools.islice(upward(before), 1, None) if x.strip()), ""))
     if close and not inside and not line.strip() and lead.startswith(line):  # a new line inside brackets
-        out += [Filler(lead[len(line) :] + "x", "x", close), Filler(lead[len(line) :] + "x", "x", "")]
+        yield from [Filler(lead[len(line) :] + "x", "x", close), Filler(lead[len(line) :] + "x", "x", "")]
     below = rest.split("\n", 1)[0]
     if not first.strip() and below.strip() and not pyshape.parses(below.strip()):  # `\`: it goes on this line
-        out += [Filler(s, " ", e + " \\") for s, e in pyshape.bridges(before + inside, " " + rest.lstrip(" \t"))]
+        yield from [Filler(s, " ", e + " \\") for s, e in pyshape.bridges(before + inside, " " + rest.lstrip(" \t"))]
     if line.strip() and first[:1] in (" ", "\t") and len(_lead(first)) > len(_lead(line)):  # the hole ends a head
-        out += [Filler("", "x", inside + close + ":\n"), Filler(" x", "x", inside + close + ":\n")]
+        yield from [Filler("", "x", inside + close + ":\n"), Filler(" x", "x", inside + close + ":\n")]
     for stem in stems(after, PY_WORDS) if not inside and not line.strip() else ():  # `  ex` | `cept x:`
-        out += [Filler(i, " ", stem) for i in indents(before, after)[:2]]
+        yield from [Filler(i, " ", stem) for i in indents(before, after)[:2]]
     if rare and first.strip():  # the code after starts inside a comment
-        below_line = fillers("python", before, "\n" + rest, False)
-        out += [Filler(f.pre, f.unit, f.post + "  #", f.least) for f in below_line if not f.post.endswith("\\")]
-    return out
+        below_line = made_lazily("python", before, "\n" + rest, False)
+        yield from (Filler(f.pre, f.unit, f.post + "  #", f.least) for f in below_line if not f.post.endswith("\\"))
 
 
 ANY_BODIES = (
@@ -185,7 +185,7 @@ def bodies(lang: str, before: str, after: str) -> list[Filler]:
     out = [Filler(i + "pass", " ", end) for i in at] + [Filler(i + "pass  #", "x", end) for i in at]
     if after.lstrip(" \t").startswith(":"):  # a block's head whose colon is already there
         out += [Filler(i + "if x", " ", "") for i in at] + [Filler(i + "if x", "x", "") for i in at]
-    line = next((line for line in after.split("\n") if line.strip()), "")
+    line = next((line for line in downward(after) if line.strip()), "")
     below, word = _lead(line), line.strip().split(" ")[0].rstrip(":")
     close, opens = balance(before, after)
     if close and at:  # close the brackets first, then the lines below need a block's head at some shallower level
@@ -221,7 +221,7 @@ def opens_block(before: str, after: str) -> bool:
     line = before[before.rfind("\n") + 1 :]
     if not line.strip() or not after.startswith("\n"):
         return False
-    below = next((x for x in after.split("\n")[1:] if x.strip()), "")
+    below = next((x for x in itertools.islice(downward(after), 1, None) if x.strip()), "")
     return len(_lead(below)) > len(_lead(line))
 
 
@@ -238,6 +238,24 @@ def openers_chain(indent: str, below: str, last: str = "if x:", first: str = "if
     return "\n".join(indent + step * n + head for n, head in enumerate(heads))
 
 
+def downward(text: str) -> Iterator[str]:
+    """`text.split("\\n")`, made as far as it is read (the text after a hole is the rest of the file)."""
+    at = 0
+    while (end := text.find("\n", at)) >= 0:
+        yield text[at:end]
+        at = end + 1
+    yield text[at:]
+
+
+def upward(text: str, stop: int | None = None) -> Iterator[str]:
+    """`reversed(text[:stop].split("\\n"))`, made as far as it is read (the text before a hole is the file's)."""
+    end = len(text) if stop is None else stop
+    while (at := text.rfind("\n", 0, end)) >= 0:
+        yield text[at + 1 : end]
+        end = at
+    yield text[:end]
+
+
 def _lead(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
@@ -249,8 +267,8 @@ def indents(before: str, after: str) -> list[str]:
     line = before[before.rfind("\n") + 1 :]
     if line.strip():
         return []
-    above = next((x for x in reversed(before[: len(before) - len(line)].split("\n")) if x.strip()), "")
-    below = next((x for x in after.split("\n") if x.strip()), "")
+    above = next((x for x in upward(before, len(before) - len(line)) if x.strip()), "")
+    below = next((x for x in downward(after) if x.strip()), "")
     levels = [_lead(above) + "    "] if above.rstrip().endswith(":") else []
     levels += [_lead(above), _lead(below), ""]
     levels += [

@@ -42,14 +42,19 @@ class Line:
     indent: str
     code: str
 
-    @functools.cached_property  # read at every `feed`, thousands of times a line: computed once
+    @property
     def word(self) -> str:
-        found = WORD.match(self.code)
-        return found.group() if found else ""
+        return _word(self.code)  # read at every `feed`: each code's once (most lines are made anew, fed once)
 
-    @functools.cached_property
+    @property
     def head(self) -> bool:
         return self.code.endswith(":")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _word(code: str) -> str:
+    found = WORD.match(code)
+    return found.group() if found else ""
 
 
 def lines(text: str) -> list[Line]:

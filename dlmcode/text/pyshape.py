@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 from collections.abc import Iterator
 
 from .pyahead import AHEADS, PLANS, SUFFIXES, Ahead, _ahead  # noqa: F401 (pyshape's names)
@@ -98,6 +99,9 @@ def code_start(text: str, at: int) -> int:
     return len(text) if line < 0 else line + 1
 
 
+BRACKETS = re.compile(r"[()\[\]{}]")
+
+
 @functools.lru_cache(maxsize=64)
 def _tail(after: str) -> tuple[Line | None, tuple[Line, ...]]:
     """The statement the hole's last line begins (None when the hole ends its line and nothing is open), and the
@@ -105,10 +109,10 @@ def _tail(after: str) -> tuple[Line | None, tuple[Line, ...]]:
     masked = mask(after)
     depth = low = 0
     end = None
-    for i, ch in enumerate(masked):
-        depth += (ch in "([{") - (ch in ")]}")
+    for found in BRACKETS.finditer(masked):  # the brackets alone (a loop over every character cost 2 ms a call)
+        depth += 1 if found.group() in "([{" else -1
         if depth < low:
-            low, end = depth, i
+            low, end = depth, found.start()
     if end is not None:  # the hole opens what these close: one statement up to the end of that line
         stop = masked.find("\n", end)
         stop = len(masked) if stop < 0 else stop

@@ -48,8 +48,14 @@ class Entry:
 class Scanned:
     """A text's matches and, when the scan has a fold, the fold's state over the text outside them."""
 
-    spans: list[Span]
+    made: list[Span] | Callable[[], list[Span]]  # the matches, or what lists them (read by few callers)
     state: Any = None
+
+    @property
+    def spans(self) -> list[Span]:
+        if callable(self.made):
+            self.made = self.made()
+        return self.made
 
 
 @dataclass
@@ -176,7 +182,7 @@ class Suffixes:
                 return None
             spans.append(m.span())
         state = self.backwards(entry.state, text, spans, 0, at)
-        return Scanned(spans + [(s + at, e + at) for s, e in entry.spans], state)
+        return Scanned(lambda: spans + [(s + at, e + at) for s, e in entry.spans], state)  # the end's: a whole file
 
     def fresh(self, text: str) -> Scanned:
         spans = [m.span() for m in self.pattern.finditer(text)]
