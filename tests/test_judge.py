@@ -135,6 +135,31 @@ def test_a_typo_far_above_does_not_blind_the_judge_to_a_broken_fill(fill_, typo,
         assert not blind.broken, "the whole file's rule is blinded by the typo above: the reason for the window"
 
 
+@pytest.mark.parametrize("typo", ["value = = 1\n", "value = call(1,\n"])
+def test_a_typo_out_of_its_class_above_the_method_does_not_blind_the_judge(typo, shipped):
+    """textwrap.py in `speed --guard --typos`: the user's line at column 0 inside a class, 25 lines above the hole's
+    method, reads as the class's end; the window is still the method under `class _:`, without the user's line."""
+    methods = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(8))
+    fixed = 'class Q:\n    """A queue."""\n\n' + methods + "    def push(self, item):\n        if item:\n"
+    fixed += "            self.items.append(item)\n        return item\n\n    def pop(self):\n        return 1\n"
+    text = fixed.replace(methods, typo + methods)
+    at = text.index("            self.items.append")
+    stop = text.index("\n", at) + 1
+    checked = judge_of(text, at, stop, shipped.tokenizer)
+    window = checked.small()
+    assert window is not None and typo not in window.before
+    assert window.before.startswith("class _:\n    pass\n    def push(self, item):\n")
+    assert window.before.endswith("        return item\n\n    pass\n")
+    fill_ = "   return 1\n"  # an unindent that matches no outer level: tree-sitter accepts it, compile() does not
+    assert checked.errors([fill_]) == 1
+    with pytest.raises(SyntaxError):  # broken once the user fixes their line
+        compile(fixed.replace("            self.items.append(item)\n", fill_), "<fill>", "exec")
+    region = syntax.Region((at, stop), (at, at + len(fill_)))
+    blind = syntax.breakage(text, text[:at] + fill_ + text[stop:], "python", holes=[region])
+    assert not blind.broken, "the whole file's rule is blinded by the typo above: the reason for the window"
+    assert checked.errors(["            pass\n"]) == 0
+
+
 NASTY = [")", "]", "}", "(", "[", "{", '"', "'", "\n", ":", "#", "\\", "    ", "\t", "else", "return", "break", ","]
 
 

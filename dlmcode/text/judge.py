@@ -43,6 +43,8 @@ PY_LITERALS = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\
 FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*", re.M)
 MODULE_GLOBAL = re.compile(r"(?:^|\n)global\b")
 CONTINUATIONS = ("else", "elif", "except", "finally")  # a line that goes on the statement above it, at its level
+# the words a block's head begins with
+HEADS = ("def", "class", "async", "if", "for", "while", "try", "with", "match", "case", *CONTINUATIONS)
 WRAP = "class _:\n"  # what stands for an enclosing class above a window
 ANY = 1 << 30  # deeper than any line
 
@@ -233,22 +235,31 @@ def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[in
     inner = [lines.indent(i) for i in range(first, last + 1) if lines.statement(i)]
     level = min(inner, default=ANY)  # holes in a string or blank lines: the statement above is the innermost block
     outer = enclosing(lines, first, level)[::-1]  # the blocks around the holes, outermost first
-    levels = []
-    for k, head in enumerate(outer):  # the outermost function, inside classes only
-        if lines.word(head) in ("def", "async"):
-            levels.append((lines.indent(head), outer[:k]))
-            break
-        if lines.word(head) != "class":
-            break
+    function = outermost_function(lines, outer)
+    levels = [function] if function is not None else []
     if all(lines.word(h) == "class" for h in outer):  # the statements at the holes' own level, in a class
         levels.append((level, outer))
     levels.append((0, []))
+    # last: the function as it is once a line of the user's that heads no block (a typo at column 0 inside a class)
+    # is set aside; a window is still taken only where its own user's code parses outside the holes
+    levels += [found] if (found := outermost_function(lines, enclosing(lines, first, level, True)[::-1])) else []
     out = []
     for depth, classes in dict.fromkeys((d, tuple(c)) for d, c in levels):
         found = window_at(lines, first, last, depth, classes)
         if found is not None:
             out.append(found)
     return out
+
+
+def outermost_function(lines: Lines, outer: Sequence[int]) -> tuple[int, Sequence[int]] | None:
+    """The indentation of the outermost function among the block heads `outer` (outermost first) when only classes
+    are around it, with those classes' heads; None when there is none."""
+    for k, head in enumerate(outer):
+        if lines.word(head) in ("def", "async"):
+            return lines.indent(head), outer[:k]
+        if lines.word(head) != "class":
+            return None
+    return None
 
 
 def joined_above(lines: Lines, first: int) -> int:
@@ -258,13 +269,16 @@ def joined_above(lines: Lines, first: int) -> int:
     return next((i for i in range(first - 1, -1, -1) if lines.statement(i)), first)
 
 
-def enclosing(lines: Lines, first: int, level: int) -> list[int]:
-    """The lines that head the blocks around line `first` (whose statements are at `level`), innermost first."""
+def enclosing(lines: Lines, first: int, level: int, heads_only: bool = False) -> list[int]:
+    """The lines that head the blocks around line `first` (whose statements are at `level`), innermost first.
+    `heads_only`: passing over a shallower line that heads no block (a line in brackets, or a typo of the user's)."""
     out = []
     for i in range(first - 1, -1, -1):
         if level == 0:
             break
         if lines.indent(i) < level and lines.statement(i):
+            if heads_only and lines.word(i) not in HEADS:
+                continue
             out.append(i)
             level = lines.indent(i)
     return out
