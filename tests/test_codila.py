@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from dlmcode.core.assistant import block_loss
-from dlmcode.core.canvas import Canvas
+from dlmcode.core.canvas import At, Canvas
 from dlmcode.core.errors import ModelError
-from dlmcode.decoders.codila import Codila, candidates, penalize, prefix_length
+from dlmcode.decoders.codila import Codila, block_rows, candidates, penalize, prefix_length
 from dlmcode.decoders.threshold import Threshold
 from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant
 
@@ -238,3 +238,15 @@ def test_dynamic_commits_whole_phrases_when_tau_allows(joint_assistant):
         dataclasses.replace(Codila(block=2, mode="dynamic", tau=0.75), assistant=joint_assistant), canvas, oracle
     )
     assert steps[-1].calls == PHRASES and mixed(steps[-1].canvas.tokens) == 0
+
+
+def test_block_rows_are_the_rows_read_by_position():
+    """Every block of one length over logits of the blocks' rows only: those rows, uncopied; otherwise a gather."""
+    logits = torch.randn(20, 7)
+    blocks = [torch.tensor([3, 4, 5]), torch.tensor([8, 9, 10]), torch.tensor([14, 15, 16])]
+    at = At(logits[:9].clone(), torch.cat(blocks), 20)
+    whole = block_rows(at, blocks, [0, 1, 2], 3)
+    assert torch.equal(whole, torch.stack([logits[:3], logits[3:6], logits[6:9]]))
+    assert whole.data_ptr() == at.logits.data_ptr()
+    assert torch.equal(block_rows(at, blocks, [0, 2], 3), torch.stack([logits[:3], logits[6:9]]))
+    assert torch.equal(block_rows(logits, blocks, [0, 1, 2], 3), logits[torch.stack(blocks)])

@@ -108,10 +108,18 @@ def run_groups(
     out = []
     for length in sorted({len(b) for b in blocks}):
         group = [i for i, b in enumerate(blocks) if len(b) == length]
-        probs = marginals(logits[torch.stack([blocks[i] for i in group])].to(device), assistant.vocab)  # (N, B, vocab)
+        probs = marginals(block_rows(logits, blocks, group, length).to(device), assistant.vocab)  # (N, B, vocab)
         ids, entropies = decode(assistant, probs, temperature, rng, banned=mask_id)  # (N, B), (N, B)
         out.append((group, ids.cpu(), entropies.cpu()))
     return out
+
+
+def block_rows(logits: Tensor | At, blocks: list[Tensor], group: list[int], length: int) -> Tensor:
+    """The logits of the group's blocks (N, B, V). When the group is every block and `logits` holds the blocks' rows
+    only, in their order (what `read` makes), they are those rows as they are: no copy."""
+    if isinstance(logits, At) and len(group) == len(blocks) and len(logits.logits) == len(blocks) * length:
+        return logits.logits.reshape(len(blocks), length, -1)
+    return logits[torch.stack([blocks[i] for i in group])]
 
 
 def run_assistant(
