@@ -82,3 +82,17 @@ def test_lines_read_downward_and_upward_are_the_splits_lines():
         for stop in range(len(text) + 1):
             assert list(upward(text, stop)) == list(reversed(text[:stop].split("\n")))
     assert next(downward("x\n" + "y\n" * 10**6)) == "x"  # the first line, the rest never split
+
+
+def test_an_ahead_names_its_lines_again_once_the_thread_starts_over(monkeypatch):
+    pyshape.forget()
+    a = tuple(pylines.lines("if x:\n    y = 1\nz = 2\n"))
+    b = tuple(pylines.lines("if x:\n    y = 1\nelse:\n"))
+    open_if = pylines.replay(pylines.lines("def f():\n    if a:\n        pass\n"))
+    top = pylines.replay(pylines.lines("z = 0\n"))
+    ahead = pyahead.Ahead(a)
+    assert ahead.errors(top, True) == top.errors + sum(plain(a, top))  # a's lines named
+    monkeypatch.setattr(pyahead, "RUNS", 5)
+    pyahead.replayed(b, open_if.copy())  # the thread starts over: b's runs take the ids a's had
+    assert ahead.errors(open_if, True) == open_if.errors + sum(plain(a, open_if))
+    assert ahead.errors(open_if, True) != open_if.errors + sum(plain(b, open_if))  # what a stale name would read

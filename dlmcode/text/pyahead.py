@@ -164,6 +164,7 @@ class Ahead:
         self.found: dict[tuple, Remembered] = {}
         self.fed: dict[tuple, int] = {}
         self.ends: dict[tuple, Remembered] = {}
+        self.named: tuple[int, list[int]] | None = None  # (the names' age, `suffixes` of the lines)
 
     @functools.cached_property
     def step(self) -> str | None:
@@ -212,12 +213,20 @@ class Ahead:
                 self.fed[at] = found
         return shape.errors + found == base
 
+    def runs(self) -> list[int]:
+        """`suffixes(self.lines)`, named once while the thread's names last."""
+        if self.named is None or self.named[0] != SUFFIXES.__dict__.get("age", 0):
+            runs = suffixes(self.lines)
+            self.named = (SUFFIXES.__dict__.get("age", 0), runs)
+        return self.named[1]
+
     def errors(self, shape: Shape, whole: bool) -> int:
         """`replay(lines, shape).errors` (`.end()` when `whole`), without changing `shape`."""
         key = shape.key()
         found = self.memo.get(key)
         if found is None:
-            found = replayed(self.lines, Shape(shape.copy().blocks, shape.base, 0, shape.inline, shape.top))
+            start = Shape(shape.copy().blocks, shape.base, 0, shape.inline, shape.top)
+            found = replayed(self.lines, start, self.runs())
             if len(self.memo) < MEMO:
                 self.memo[key] = found
         return shape.errors + found[0] + (found[1] if whole else 0)
@@ -228,15 +237,16 @@ RUNS = 1 << 16  # runs of lines a thread names before it starts over (and forget
 REPLAYS = 1 << 18  # replays a thread remembers before it starts over
 
 
-def replayed(lines_: tuple[Line, ...], shape: Shape) -> tuple[int, int]:
+def replayed(lines_: tuple[Line, ...], shape: Shape, runs: list[int] | None = None) -> tuple[int, int]:
     """(errors, then the errors the end of the file adds) of `replay(lines_, shape)`, `shape`'s own errors left
     out, `shape` used up. The same as the replay: a replay's next step depends on its shape's key and the lines
     left, not on the errors counted (`Shape.key`), so the replay of a run of lines from a shape is remembered per
     (run, key) at every line, and one from another shape stops where it meets a remembered one. The lines after a
     hole differ from one call's draft to the next only in their first lines; the shapes a bridge leaves meet again
-    once the code after the hole closes their blocks (most within a line or two)."""
+    once the code after the hole closes their blocks (most within a line or two). `runs`: `suffixes(lines_)`, named
+    since the thread last started over."""
+    runs = suffixes(lines_) if runs is None else runs
     memo = SUFFIXES.__dict__.setdefault("memo", {})
-    runs = suffixes(lines_)
     start, seen = shape.errors, []
     for j, line in enumerate(lines_):
         at = (runs[j], shape.key())
@@ -257,10 +267,9 @@ def replayed(lines_: tuple[Line, ...], shape: Shape) -> tuple[int, int]:
 
 def suffixes(lines_: tuple[Line, ...]) -> list[int]:
     """An id for each run of lines `lines_[j:]` (the same run, the same id, within a thread), the empty run's last."""
+    if len(SUFFIXES.__dict__.get("names", ())) + len(lines_) > RUNS:  # no id may name two runs: start over
+        start_over()
     names = SUFFIXES.__dict__.setdefault("names", {})
-    if len(names) + len(lines_) > RUNS:  # start over: no id may name two runs, so no replay of an old one is kept
-        names.clear()
-        SUFFIXES.__dict__.setdefault("memo", {}).clear()
     out = [0] * (len(lines_) + 1)  # 0: no lines
     for j in range(len(lines_) - 1, -1, -1):
         key = (lines_[j], out[j + 1])
@@ -269,6 +278,13 @@ def suffixes(lines_: tuple[Line, ...]) -> list[int]:
             found = names[key] = len(names) + 1
         out[j] = found
     return out
+
+
+def start_over() -> None:
+    """Forget this thread's names of runs of lines and every replay with them; names given before are stale (`age`)."""
+    SUFFIXES.__dict__.pop("names", None)
+    SUFFIXES.__dict__.pop("memo", None)
+    SUFFIXES.age = SUFFIXES.__dict__.get("age", 0) + 1
 
 
 class Remembered:

@@ -23,7 +23,7 @@ import functools
 import re
 from collections.abc import Iterator
 
-from .pyahead import AHEADS, PLANS, SUFFIXES, Ahead, _ahead  # noqa: F401 (pyshape's names)
+from .pyahead import AHEADS, PLANS, SUFFIXES, Ahead, _ahead, start_over  # noqa: F401 (pyshape's names)
 from .pylines import (  # noqa: F401
     MASK,
     MASKED,
@@ -237,5 +237,5 @@ def forget() -> None:
     """This thread's Aheads and the bridges remembered (tests: a fresh replay)."""
     AHEADS.__dict__.pop("kept", None)
     PLANS.__dict__.pop("memo", None)
-    SUFFIXES.__dict__.clear()
+    start_over()
     bridges.cache_clear()
