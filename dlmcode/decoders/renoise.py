@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..core import sampling
 from ..core.canvas import Canvas, Predict, Step, logits_at
-from .base import EMPTY, Revising, blocks, check, open_gate, setting
+from .base import EMPTY, Revising, blocks, check, open_gate, setting, with_holes
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,7 @@ class Renoise(Revising):
     ) -> Iterator[Step]:
         history: Tensor | None = None
         for call in range(self.steps):
-            logits = logits_at(
-                predict, canvas.tokens, None if gate is not None else positions
-            )  # (n, V); guarded (L, V)
+            logits = rows_of(predict, canvas, positions, gate)  # (n, V); guarded: every hole's too, by position
             # the call's own rows (or a copy cut from every row): the mask column is dropped in place
             rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id, copy=False).cpu()  # (n, V)
             entropy = categorical_entropy(rows)  # (n,) as its generate computes it
@@ -105,7 +103,7 @@ class Renoise(Revising):
                 torch.randint(0, rows.shape[-1], (len(positions),), generator=rng)  # the renoising its generate drops
                 break
         while bool(canvas.holes[positions].any()):  # guarded: what the guard left of the argmax
-            logits = logits_at(predict, canvas.tokens, None)  # (L, V): the guard reads every position
+            logits = rows_of(predict, canvas, positions, gate)  # the guard reads every hole
             rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id).cpu()  # (n, V)
             holes = canvas.holes[positions]  # (n,)
             canvas, step = self.commit(
@@ -207,6 +205,13 @@ def skip(rng: torch.Generator, count: int) -> None:
     """Advance `rng` past `count` of its 64-bit numbers (what `count` Exp(1) draws of exponential_ consume)."""
     if count:
         torch.empty(count, dtype=torch.int64).random_(generator=rng)
+
+
+def rows_of(predict: Predict, canvas: Canvas, positions: Tensor, gate: object) -> Tensor:
+    """The block's logits (n, V); guarded, its rows and every hole's, by canvas position (base.with_holes)."""
+    if gate is None:
+        return logits_at(predict, canvas.tokens, positions)
+    return with_holes(predict, canvas, positions)  # type: ignore[return-value]
 
 
 def block_rows(logits: Tensor, positions: Tensor, gate: object) -> Tensor:
