@@ -67,13 +67,18 @@ def lines(text: str) -> list[Line]:
                 continue
             indent = raw[: len(raw) - len(raw.lstrip())]
         current += " " + raw.strip()
-        depth = max(0, depth + sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}"))
+        depth = max(0, depth + _net(raw))
         if depth == 0 and not raw.endswith("\\"):
             out.append(Line(indent, current.strip()))
             current, indent = "", None
     if indent is not None and current.strip():
         out.append(Line(indent, current.strip()))
     return out
+
+
+def _net(raw: str) -> int:
+    """Brackets `raw` opens less those it closes (counted, as the generators over "([{" did, a line at a time)."""
+    return raw.count("(") + raw.count("[") + raw.count("{") - raw.count(")") - raw.count("]") - raw.count("}")
 
 
 class Block(NamedTuple):
@@ -242,7 +247,7 @@ class Reading:
                 return
             self.indent = raw[: len(raw) - len(raw.lstrip())]
         self.current += " " + raw.strip()
-        self.depth = max(0, self.depth + sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}"))
+        self.depth = max(0, self.depth + _net(raw))
         if self.depth == 0 and not raw.endswith("\\"):
             self.emit(Line(self.indent, self.current.strip()))
             self.current, self.indent = "", None
