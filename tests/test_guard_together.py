@@ -15,6 +15,8 @@ from dlmcode.core.run import RunSettings
 from dlmcode.jobs import fill
 from dlmcode.text import guard, syntax
 
+from tiny import unmatched
+
 TEXT = (Path(__file__).parent / "data" / "guard" / "sample.py").read_text()
 
 
@@ -50,3 +52,74 @@ def test_proposals_beside_a_broken_one_are_admitted_together(span, shipped):
     assert result.guard is not None and not syntax.breakage(TEXT, result.text, "python").broken
     # one by one, each proposal beside the closer needed a witness of its own: 9 and 13 calls (3.4 and 2.4 a call)
     assert len(run_at) / result.calls >= 4, f"{result.calls} calls for {len(run_at)} tokens"
+
+
+# ---------------------------------------------------------------- several proposals in one call, on a toy language
+
+OPEN, CLOSE, NEUTRAL, MASK = 1, 2, 3, 9
+
+
+def balanced(tokens: torch.Tensor) -> int:
+    return unmatched(tokens, OPEN, CLOSE)
+
+
+def sure_of(draft: list[int]) -> torch.Tensor:
+    """(L, 10) logits whose top token at each position is `draft`'s (the mask is never likely)."""
+    logits = torch.full((len(draft), 10), -5.0)
+    logits[torch.arange(len(draft)), torch.tensor(draft)] = 3.0
+    return logits
+
+
+def test_proposals_one_witness_holds_are_admitted_with_one_check_as_one_at_a_time_would_admit_them():
+    canvas = torch.tensor([OPEN, MASK, MASK, MASK, MASK, CLOSE])
+    first = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
+    logits = sure_of([OPEN, OPEN, CLOSE, NEUTRAL, NEUTRAL, CLOSE])  # the draft: the proposals, then NEUTRAL
+    pos, ids, scores = torch.tensor([1, 2, 3]), torch.tensor([OPEN, CLOSE, NEUTRAL]), torch.tensor([0.9, 0.8, 0.7])
+    together = guard.Guard(balanced, first, MASK).begin(canvas)
+    got = together.admit(canvas, logits, pos, ids, scores)
+    assert sorted(got[0].tolist()) == [1, 2, 3] and together.stats.checks == 1  # the witness with all three passes
+    alone, tokens = guard.Guard(balanced, first, MASK).begin(canvas), canvas.clone()
+    for k in range(3):  # one proposal a call, the most confident first
+        p, t, _ = alone.admit(tokens, logits, pos[k : k + 1], ids[k : k + 1], scores[k : k + 1])
+        tokens[p] = t
+    done = canvas.clone()
+    done[got[0]] = got[1]
+    assert torch.equal(done, tokens) and done.tolist() == [OPEN, OPEN, CLOSE, NEUTRAL, MASK, CLOSE]
+    assert balanced(together.witness) == 0 and torch.equal(
+        torch.where(done == MASK, together.witness, done), together.witness
+    )
+
+
+def test_proposals_no_witness_holds_alone_are_admitted_together_by_one_sweep_of_fillers():
+    # neither OPEN has a witness alone (the witness and the draft with it stay open); fillers in the holes around
+    # them close both: one sweep over the runs the two leave admits both in this call, none waits
+    asked: list[int] = []
+
+    def fit(before: str, after: str, n: int) -> list[list[int]]:
+        asked.append(n)
+        return [[NEUTRAL] * n] if n == 1 else [[CLOSE] * n]
+
+    canvas = torch.tensor([OPEN, MASK, MASK, MASK, MASK, MASK, CLOSE])
+    first = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
+    session = guard.Guard(balanced, first, MASK, lambda *_: ("", ""), fit).begin(canvas)
+    logits = sure_of([OPEN] * 6 + [CLOSE])  # the draft opens everywhere
+    pos, ids, _ = session.admit(
+        canvas, logits, torch.tensor([1, 3]), torch.tensor([OPEN, OPEN]), torch.tensor([0.9, 0.8])
+    )
+    assert sorted(pos.tolist()) == [1, 3] and ids.tolist() == [OPEN, OPEN]
+    assert session.witness.tolist() == [OPEN, OPEN, NEUTRAL, OPEN, CLOSE, CLOSE, CLOSE]
+    assert session.stats.rejected == 0 and session.stats.fallback == 0 and 1 in asked and 2 in asked
+
+
+def test_a_rejected_proposal_of_several_takes_a_less_likely_token_the_witness_holds_in_the_same_call():
+    # OPEN at 2 has no witness (one hole after it cannot close two); the model's next token there, NEUTRAL, is the
+    # witness's own: committed in this call beside the other proposal, not left for another call
+    canvas = torch.tensor([OPEN, MASK, MASK, MASK])
+    session = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, CLOSE]), MASK).begin(canvas)
+    logits = torch.full((4, 10), -5.0)
+    logits[:, OPEN], logits[:, NEUTRAL], logits[3, CLOSE] = 3.0, 2.0, 4.0
+    pos, ids, _ = session.admit(
+        canvas, logits, torch.tensor([1, 2]), torch.tensor([NEUTRAL, OPEN]), torch.tensor([0.9, 0.8])
+    )
+    assert dict(zip(pos.tolist(), ids.tolist(), strict=True)) == {1: NEUTRAL, 2: NEUTRAL}
+    assert session.stats.rejected == 1 and session.stats.replaced == 1 and balanced(session.witness) == 0
