@@ -16,6 +16,7 @@ only ever sees one block past the finished ones.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -60,8 +61,15 @@ class At:
 
     def __init__(self, logits: Tensor, rows: Tensor, length: int) -> None:
         self.logits = logits  # (R, V)
-        self.index = torch.full((length,), -1, dtype=torch.long, device=rows.device)  # (L,) row of each position
-        self.index[rows] = torch.arange(len(rows), device=rows.device)
+        self.rows, self.length = rows, length
+
+    @functools.cached_property
+    def index(self) -> Tensor:
+        """(L,) the row of each position, -1 where none: made at the first read by position (codila reads its rows
+        as they are)."""
+        index = torch.full((self.length,), -1, dtype=torch.long, device=self.rows.device)
+        index[self.rows] = torch.arange(len(self.rows), device=self.rows.device)
+        return index
 
     def __getitem__(self, pos: Tensor) -> Tensor:
         return self.logits[self.index[pos].to(self.logits.device)]
