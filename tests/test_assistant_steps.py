@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from dlmcode.core import assistant as A
 from dlmcode.models import layers
-from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant, rms_norm, rotate, rotation_tables
+from dlmcode.models.assistant_lm import AssistantConfig, TinyAssistant, rms, rotate, rotation_tables
 
 
 def tiny(seed: int = 0, vocab: int = 50, dim: int = 32, n_layers: int = 2, n_heads: int = 4) -> TinyAssistant:
@@ -37,9 +37,10 @@ def test_rms_norm_is_torchs_bit_for_bit_and_leaves_other_dtypes_to_torch():
     for shape in [(8, 128), (8, 1, 128), (3, 11, 128)]:
         for scale in (1e-3, 1.0, 40.0):
             x = torch.randn(*shape, generator=g) * scale
-            assert torch.equal(rms_norm(x, norm), norm(x))
+            assert torch.equal(rms(x, norm.weight, norm.eps), norm(x))
     x = torch.randn(4, 128, generator=g).bfloat16()
-    assert torch.equal(rms_norm(x, norm.bfloat16()), norm(x))  # torch's own: it normalises bf16 in float32
+    norm = norm.bfloat16()
+    assert torch.equal(rms(x, norm.weight, norm.eps), norm(x))  # torch's own: it normalises bf16 in float32
 
 
 def plain_extend(model: TinyAssistant, x: torch.Tensor, past: list[list[torch.Tensor]]) -> torch.Tensor:

@@ -157,11 +157,6 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
 
-def rms_norm(x: Tensor, norm: nn.RMSNorm) -> Tensor:
-    """norm(x), as `rms` computes it."""
-    return rms(x, norm.weight, norm.eps)
-
-
 def rms(x: Tensor, weight: Tensor, eps: float | None) -> Tensor:
     """nn.RMSNorm's computation (`weight`, `eps`) on x. In float32 without autocast, as the operations torch's own
     composite makes (the same bits, tests/test_assistant_steps.py), six where it makes twenty-three: a decoding step's

@@ -242,7 +242,8 @@ def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[in
     levels.append((0, []))
     # last: the function as it is once a line of the user's that heads no block (a typo at column 0 inside a class)
     # is set aside; a window is still taken only where its own user's code parses outside the holes
-    levels += [found] if (found := outermost_function(lines, enclosing(lines, first, level, True)[::-1])) else []
+    past_typo = outermost_function(lines, enclosing(lines, first, level, True)[::-1])
+    levels += [past_typo] if past_typo is not None else []
     out = []
     for depth, classes in dict.fromkeys((d, tuple(c)) for d, c in levels):
         found = window_at(lines, first, last, depth, classes)
