@@ -24,7 +24,11 @@ os.environ.setdefault("DLMCODE_THREADS", "1")  # the CLI run in-process (CliRunn
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip a `gpu` test without a CUDA device and a `shipped` test without the built-in weights."""
+    """Skip a `gpu` test without a CUDA device and a `shipped` test without the built-in weights; give every test
+    one thread again (a command run in-process may set its own, and the last bits of a product depend on the
+    thread count: a test after one that left two threads failed its bit-for-bit reference)."""
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
     if item.get_closest_marker("gpu") and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     if item.get_closest_marker("shipped") and not SHIPPED_BUILTIN.is_file():
