@@ -107,7 +107,9 @@ class JobGuard:
         first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)
         return dataclasses.replace(
             decoder,
-            completer=guard.Guard(self.keeps, found, plan.canvas.mask_id, self.text_around, every, first=first),
+            completer=guard.Guard(
+                self.keeps, found, plan.canvas.mask_id, self.text_around, every, self.judged.first_break, first=first
+            ),
         )
 
     def keeps(self, tokens: torch.Tensor) -> int:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -112,6 +113,7 @@ class Guard:
     mask_id: int
     around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
     fit: Fit | None = None
+    where: Callable[[Tensor], int | None] | None = None  # a canvas -> the position its first new error is at
     candidates: int = CANDIDATES
     checks_per_call: int = CHECKS_PER_CALL
     first: Stats | None = None  # what the first witness search cost (the job's): the next decode counts it

@@ -94,22 +94,62 @@ class Judge:
 
     def __call__(self, tokens: Tensor) -> int:
         start = time.perf_counter()
-        ids = tokens.tolist()
-        fills = [
+        found = self.errors(self.fills(tokens.tolist()))
+        self.seconds += time.perf_counter() - start
+        return found
+
+    def fills(self, ids: list[int]) -> list[str]:
+        """Each hole's text in a canvas's ids (as the plan splices it, or as the client does)."""
+        return [
             self.decode(ids[r.start : r.stop])
             if self.decode is not None
             else spans.decode_fill(ids[r.start : r.stop], self.tokenizer, self.drop_ids, self.trim_at)
             for r in self.plan.positions
         ]
-        found = self.errors(fills)
-        self.seconds += time.perf_counter() - start
-        return found
 
     def errors(self, fills: Sequence[str]) -> int:
         """New errors of the text with `fills` in the holes."""
+        return self.judge(self.window_for(fills), fills)
+
+    def window_for(self, fills: Sequence[str]) -> Window:
         small = self.small()
-        window = self.whole() if small is None or needs_whole(fills, small) else small
-        return self.judge(window, fills)
+        return self.whole() if small is None or needs_whole(fills, small) else small
+
+    def first_break(self, tokens: Tensor) -> int | None:
+        """The canvas position of the hole's token on whose line the first new error of `tokens`' splice is, or
+        of the last hole's token before that line (None: no new error). Where a repair of the canvas should
+        start (the guard's sweep: text/witness.py); one more parse, not a verdict. A token's place in its hole's
+        text is counted token by token, as the plan decodes them: a client's healed splice may shift it a
+        little, which moves only where a search starts."""
+        start = time.perf_counter()
+        try:
+            ids = tokens.tolist()
+            fills = self.fills(ids)
+            window = self.window_for(fills)
+            text, holes = self.text(window, fills)
+            data = text.encode("utf-8", syntax.ENCODE_ERRORS)
+            found = syntax.tree_problems(window.reparser.parse(data), data, self.name)
+            found += syntax.extra_problems(text, data, self.name)
+            regions = [syntax.Region(b, a) for b, a in zip(window.holes, holes, strict=True)]
+            line = syntax.judged(window.before, text, window.problems, syntax.in_order(found), holes=regions).first_line
+            if line is None:
+                return None
+            offset = sum(len(x) + 1 for x in text.split("\n", line - 1)[: line - 1])  # where that line starts
+            hole = max((k for k, (a, _) in enumerate(holes) if a <= offset), default=0)
+            return self.token_at(ids, hole, offset - holes[hole][0])
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def token_at(self, ids: list[int], hole: int, chars: int) -> int:
+        """The position of the token of hole `hole` whose text holds its `chars`-th character (the last token when
+        the hole's text is shorter)."""
+        run = self.plan.positions[hole]
+        size = 0
+        for p in range(run.start, run.stop):
+            size += 0 if ids[p] in self.drop_ids else len(self.tokenizer.decode([ids[p]]))
+            if size > chars:
+                return p
+        return max(run.start, run.stop - 1)
 
     def judge(self, window: Window, fills: Sequence[str]) -> int:
         text, holes = self.text(window, fills)

@@ -73,10 +73,26 @@ class Search:
         runs = [range(int(r[0]), int(r[-1]) + 1) for r in free_runs(free)]
         if not runs:
             return None
+        runs = self.broken_first(mixed, runs)
         around = self.guard.around
         seeds = [mixed[r.start : r.stop].tolist() for r in runs]
         texts = lambda i: around(mixed, runs[i].start, runs[i].stop)  # noqa: E731 (read when the search gets there)
         return first_witness(fixed, runs, texts, self.guard.fit, self.errors, seeds, budget=budget or SWEEP)
+
+    def broken_first(self, canvas: Tensor, runs: list[range]) -> list[range]:
+        """`runs` with the one the judge's first new error of `canvas` is in (or the last before it) first, the
+        others in order: a sweep changes one run at a time, so the run that breaks the draft is the one to repair,
+        and the runs before it cost fillers and checks for nothing (docs/guard.md, seventh round). As they are
+        when the guard has no `where` or the canvas has no new error."""
+        where = getattr(self.guard, "where", None)
+        if where is None or len(runs) < 2:
+            return runs
+        self.stats.checks += 1  # a parse, though not a verdict
+        at = where(canvas)
+        if at is None:
+            return runs
+        k = max((i for i, r in enumerate(runs) if r.start <= at), default=0)
+        return [runs[k], *runs[:k], *runs[k + 1 :]]
 
     def repairs(
         self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor, fillers: int = -1
