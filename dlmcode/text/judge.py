@@ -126,12 +126,8 @@ class Judge:
             ids = tokens.tolist()
             fills = self.fills(ids)
             window = self.window_for(fills)
-            text, holes = self.text(window, fills)
-            data = text.encode("utf-8", syntax.ENCODE_ERRORS)
-            found = syntax.tree_problems(window.reparser.parse(data), data, self.name)
-            found += syntax.extra_problems(text, data, self.name)
-            regions = [syntax.Region(b, a) for b, a in zip(window.holes, holes, strict=True)]
-            line = syntax.judged(window.before, text, window.problems, syntax.in_order(found), holes=regions).first_line
+            text, holes, data, found = self.parsed(window, fills)
+            line = self.verdict(window, text, holes, data, found).first_line
             if line is None:
                 return None
             offset = sum(len(x) + 1 for x in text.split("\n", line - 1)[: line - 1])  # where that line starts
@@ -152,14 +148,28 @@ class Judge:
         return max(run.start, run.stop - 1)
 
     def judge(self, window: Window, fills: Sequence[str]) -> int:
-        text, holes = self.text(window, fills)
-        data = text.encode("utf-8", syntax.ENCODE_ERRORS)
-        found = syntax.tree_problems(window.reparser.parse(data), data, self.name)
+        text, holes, data, found = self.parsed(window, fills)
         if found and window.clean_tree:  # every tree-sitter problem is new, and its count is the larger: exact
             return len(found)
-        found += syntax.extra_problems(text, data, self.name)
+        return self.verdict(window, text, holes, data, found).new_errors
+
+    def parsed(
+        self, window: Window, fills: Sequence[str]
+    ) -> tuple[str, tuple[tuple[int, int], ...], bytes, list[syntax.Problem]]:
+        """The window's text with `fills` in it, each fill's [start, end) in it, its bytes, and tree-sitter's problems
+        of it (one incremental parse)."""
+        text, holes = self.text(window, fills)
+        data = text.encode("utf-8", syntax.ENCODE_ERRORS)
+        return text, holes, data, syntax.tree_problems(window.reparser.parse(data), data, self.name)
+
+    def verdict(
+        self, window: Window, text: str, holes: tuple[tuple[int, int], ...], data: bytes, found: list[syntax.Problem]
+    ) -> syntax.Breakage:
+        """The breakage rule on the window's text: tree-sitter's problems (`found`) and the compiler's, against the
+        user's window's."""
+        found = found + syntax.extra_problems(text, data, self.name)
         regions = [syntax.Region(b, a) for b, a in zip(window.holes, holes, strict=True)]
-        return syntax.judged(window.before, text, window.problems, syntax.in_order(found), holes=regions).new_errors
+        return syntax.judged(window.before, text, window.problems, syntax.in_order(found), holes=regions)
 
     # ------------------------------------------------------------ windows
 

@@ -84,11 +84,10 @@ class Search:
         others in order: a sweep changes one run at a time, so the run that breaks the draft is the one to repair,
         and the runs before it cost fillers and checks for nothing (docs/guard.md, seventh round). As they are
         when the guard has no `where` or the canvas has no new error."""
-        where = getattr(self.guard, "where", None)
-        if where is None or len(runs) < 2:
+        if self.guard.where is None or len(runs) < 2:
             return runs
         self.stats.checks += 1  # a parse, though not a verdict
-        at = where(canvas)
+        at = self.guard.where(canvas)
         if at is None:
             return runs
         k = max((i for i, r in enumerate(runs) if r.start <= at), default=0)
