@@ -123,36 +123,3 @@ def test_a_rejected_proposal_of_several_takes_a_less_likely_token_the_witness_ho
     )
     assert dict(zip(pos.tolist(), ids.tolist(), strict=True)) == {1: NEUTRAL, 2: NEUTRAL}
     assert session.stats.rejected == 1 and session.stats.replaced == 1 and balanced(session.witness) == 0
-
-
-def test_sweeps_under_several_proposals_pause_after_calls_whose_sweeps_all_failed_and_come_back():
-    # every filler opens (no sweep can pass): after MISSES such calls no call sweeps under several proposals, but
-    # every AGAIN-th; a lone proposal's sweep is never paused; a sweep that passes ends the pause
-    opening = [True]
-
-    def fit(before: str, after: str, n: int) -> list[list[int]]:
-        return [[OPEN] * n] if opening[0] else [[NEUTRAL] * n] if n == 1 else [[CLOSE] * n]
-
-    canvas = torch.tensor([OPEN, MASK, MASK, MASK, MASK, MASK, CLOSE])
-    first = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
-    session = guard.Guard(balanced, first, MASK, lambda *_: ("", ""), fit).begin(canvas)
-    logits = sure_of([OPEN] * 6 + [CLOSE])  # the draft opens everywhere: only fillers could close it
-    swept: list[bool] = []
-    sweep = session.sweep
-    session.sweep = lambda *a, **k: swept.append(True) or sweep(*a, **k)  # type: ignore[method-assign]
-
-    def call(pos: list[int]) -> bool:
-        """One call with these proposals (OPEN each) on the untouched canvas: whether it swept."""
-        swept.clear()
-        n = len(pos)
-        session.admit(canvas, logits, torch.tensor(pos), torch.tensor([OPEN] * n), torch.tensor([0.9] * n))
-        return bool(swept)
-
-    assert [call([1, 3]) for _ in range(guard.AGAIN)] == [True] * guard.MISSES + [False] * (
-        guard.AGAIN - guard.MISSES - 1
-    ) + [True]
-    assert call([1])  # a lone proposal sweeps whatever came before
-    assert not call([1, 3])
-    opening[0] = False  # fillers that close: the next sweep under several proposals passes, and the pause ends
-    assert any(call([1, 3]) for _ in range(guard.AGAIN))  # at the next AGAIN-th call at the latest
-    assert session.missed == 0 and call([2, 4])  # a call whose proposals the new witness does not hold sweeps

@@ -67,9 +67,6 @@ ADOPT, RETRY = (
     8,
 )  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 TOGETHER = 4  # judge calls per cut when admitting the proposals on one side of a cut together (ours)
-MISSES, AGAIN = 2, 8  # sweeps under several proposals: none after this many calls in a row whose sweeps all failed,
-# but at every AGAIN-th call (ours: a weak model's drafts are broken everywhere and such sweeps rarely pass; a
-# strong model's are right but for a token or two, and they admit a whole call's proposals: docs/guard.md)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 BESIDE = 3  # fillers tried in each run of holes beside a lone proposal (ours: docs/guard.md, Cost: of the passes,
 # nearly all came from the first three, and building the others was most of the guard's time on large files; with
@@ -148,10 +145,6 @@ class Session(Search):
         self.own = False  # this call's proposals are kept or turned away as they are: no less likely token is tried
         self.held: Tensor | None = None  # (L,) bool: what the witness searched for must agree with (`hides`)
         self.ends: dict[int, str] = {}  # token -> its text, read for `hides`
-        self.calls = 0  # calls admitted so far
-        self.missed = 0  # calls in a row whose sweeps under several proposals all failed (`MISSES`)
-        self.sweeps = True  # this call may sweep fillers
-        self.swept = self.passed = False  # this call swept; one of its sweeps found a witness
 
     def admit(
         self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, own: bool = False
@@ -164,15 +157,10 @@ class Session(Search):
         would drop it), so none is searched for; the fallback's token may still be the witness's.
         """
         start, cpu = time.perf_counter(), time.thread_time()
-        self.own, several = own, pos.numel() > 1
-        self.calls += 1
-        self.sweeps = not several or self.missed < MISSES or self.calls % AGAIN == 0
-        self.swept = self.passed = False
+        self.own = own
         try:
             return self.search(tokens, logits, pos, ids, scores)
         finally:
-            if several and self.swept:
-                self.missed = 0 if self.passed else self.missed + 1
             self.stats.seconds += time.perf_counter() - start
             self.stats.cpu += time.thread_time() - cpu
 
@@ -197,7 +185,7 @@ class Session(Search):
         found = self.complete(every, draft, pos[:0])  # the witness, the draft: one or two parses in the common case
         if found is None and len(pos) == 1:  # the draft beside it first: no filler to build
             found = self.complete(every, draft, pos, EASY + 3, fillers=0)
-        found = self.sweep(every, draft) if found is None and self.sweeps else found  # fillers over the draft's runs
+        found = self.sweep(every, draft) if found is None else found  # fillers over the draft's runs
         if found is not None:  # the whole proposal at once
             self.witness = found
             return pos.to(device), ids.to(device), scores.to(device)
@@ -241,7 +229,7 @@ class Session(Search):
                 held[here[take]] = True
                 self.held = held
                 kept = torch.where(fixed == self.guard.mask_id, self.witness, fixed)  # the witness beyond the cut
-                found = kept if self.passes(kept) else self.sweep(fixed, draft, TOGETHER, held) if self.sweeps else None
+                found = kept if self.passes(kept) else self.sweep(fixed, draft, TOGETHER, held)
                 if found is not None:
                     self.witness = found
                     taken[rest[take]] = True
@@ -306,9 +294,7 @@ class Session(Search):
     def sweep(self, fixed: Tensor, draft: Tensor, budget: int = 0, held: Tensor | None = None) -> Tensor | None:
         # `held`: what no comment may hide (`hides`) when not all of `fixed` (`together`); errors: hidden fails
         self.held = fixed != self.guard.mask_id if held is None else held
-        found = super().sweep(fixed, draft, budget)
-        self.swept, self.passed = True, self.passed or found is not None
-        return found
+        return super().sweep(fixed, draft, budget)
 
     def errors(self, canvas: Tensor) -> int:
         return 1 if self.hides(canvas) else super().errors(canvas)
