@@ -27,6 +27,11 @@ class Gate(Protocol):
         tokens or none (no less likely stand-in), but for the one commit that a call must make."""
         ...
 
+    def holds(self, pos: Tensor, ids: Tensor) -> Tensor:
+        """(k,) bool: whether `ids` at `pos` keep the holes left completable with no check (the guard's witness has
+        them): a token a decoder reopened may be given back where it does."""
+        ...
+
 
 class Completer(Protocol):
     """The guard the job built for its plan (text/guard.Guard)."""

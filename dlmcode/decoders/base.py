@@ -336,19 +336,39 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
             window = _window(canvas, span, rows, decoder, rng, current, upto, block, calls)
             revision = decoder.revise(window, memory, rng)
             commit, scores, reopen = _checked(revision, window, budget)
-            budget -= len(reopen)
-            total += len(reopen)
             ids = window.ids[commit].to(span.device)
             commit, reopen = commit.to(span.device), reopen.to(span.device)  # decoders work where the logits are
-            canvas = canvas.reopen(span[reopen]) if reopen.numel() else canvas
+            before, canvas = canvas, canvas.reopen(span[reopen]) if reopen.numel() else canvas
             pos, scores = span[commit], scores.to(span.device)
             if gate is not None:
                 pos, ids, scores = gate.admit(canvas.tokens, logits, pos, ids, scores)
+                if len(reopen) >= len(pos) and len(reopen) < len(commit):  # the guard cut the call's gain to nothing
+                    reopen = given_back(gate, before, span, reopen, len(pos))
+                    canvas = before.reopen(span[reopen]) if reopen.numel() else before
+            budget -= len(reopen)
+            total += len(reopen)
             canvas = canvas.fill(pos, ids)
             info = {"block": number, "reopened": total}  # reopened: tokens taken back so far
             yield Step(index, canvas, pos, scores, calls, info, span[reopen])
             index += 1
             step += 1
+
+
+def given_back(gate: Gate, before: Canvas, span: Tensor, reopen: Tensor, commits: int) -> Tensor:
+    """The rows of `reopen` (most wanted first) to take back when the guard admitted only `commits` of a call's
+    commits: fewer than them, so that the call still gains a token as it would unguarded (a remasking decoder reopens
+    fewer than it commits); the least wanted are given back first, each only where the witness holds its token (then
+    the holes left stay completable with no check), so a call may still gain nothing where it holds none."""
+    back = span[reopen]  # (r,) positions
+    keep = torch.ones(len(back), dtype=torch.bool)
+    held = gate.holds(back, before.tokens[back]).tolist()
+    excess = len(back) - max(commits - 1, 0)
+    for i in reversed(range(len(back))):
+        if excess <= 0:
+            break
+        if held[i]:
+            keep[i], excess = False, excess - 1
+    return reopen[keep.to(reopen.device)]
 
 
 def _window(

@@ -164,6 +164,13 @@ class Session(Search):
             self.stats.seconds += time.perf_counter() - start
             self.stats.cpu += time.thread_time() - cpu
 
+    def holds(self, pos: Tensor, ids: Tensor) -> Tensor:
+        """(k,) bool: whether the current witness has `ids` at `pos` (then committing them keeps it a witness); all
+        True while there is none (the decode runs unguarded until one is found)."""
+        if self.witness is None:
+            return torch.ones(len(pos), dtype=torch.bool)
+        return self.witness[pos.cpu()] == ids.cpu()
+
     def search(
         self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:

@@ -238,6 +238,9 @@ class TimedGate:
         finally:
             self.clock.cpu += time.thread_time() - began
 
+    def holds(self, pos: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return self.gate.holds(pos, ids)
+
 
 def guarded(decoder: decoders.Decoder, dlm: Dlm, start: Canvas) -> decoders.Decoder:
     """A decoder that takes a syntax oracle (syntax-guard) or runs guarded gets them for `start` (Python
