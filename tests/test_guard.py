@@ -201,6 +201,27 @@ def test_a_lone_proposal_whose_draft_beside_it_passes_is_admitted_before_any_fil
     assert asked == [] and session.stats.checks == 4  # the witness, the draft, the draft left of it, right of it
 
 
+def test_a_lone_proposal_tries_fillers_beside_it_before_sweeping_the_whole_draft():
+    # witness OPEN N N N CLOSE N N N N, holes at 1-4 and 6-7; the model proposes OPEN at 2 and its draft is OPEN at
+    # every hole, so neither the witness nor the draft holds it; a filler just left of it (CLOSE at 1) does, and the
+    # holes at 6-7, which it does not touch, are never asked for fillers
+    mask, asked = 9, []
+
+    def fit(before: str, after: str, n: int) -> list[list[int]]:
+        asked.append(n)
+        return [[CLOSE] * n]
+
+    canvas = torch.tensor([OPEN, mask, mask, mask, mask, NEUTRAL, mask, mask, NEUTRAL])
+    witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL])
+    session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
+    logits = torch.full((9, 10), -5.0)
+    logits[:, OPEN] = 3.0
+    pos, ids, _ = session.admit(canvas, logits, torch.tensor([2]), torch.tensor([OPEN]), torch.tensor([0.9]))
+    assert pos.tolist() == [2] and ids.tolist() == [OPEN]
+    assert session.witness.tolist() == [OPEN, CLOSE, OPEN, NEUTRAL, CLOSE, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL]
+    assert asked == [1] and session.stats.checks == 6  # the witness, the draft, the draft beside it (3), the filler
+
+
 def test_the_draft_is_the_model_s_top_token_at_every_hole_never_the_mask():
     mask = 9
     canvas = torch.tensor([OPEN, mask, mask, CLOSE])

@@ -192,6 +192,8 @@ class Session(Search):
         found = self.complete(every, draft, pos[:0])  # the witness, the draft: one or two parses in the common case
         if found is None and len(pos) == 1:  # the draft beside it first: no filler to build
             found = self.complete(every, draft, pos, EASY + 3, fillers=0)
+            if found is None:  # then fillers in the runs beside it, before any sweep of the whole draft
+                found = self.complete(every, draft, pos, TRIALS, self.beside)
         found = self.sweep(every, draft) if found is None else found  # fillers over the draft's runs
         if found is not None:  # the whole proposal at once
             self.witness = found
