@@ -13,9 +13,9 @@ window of the file that decides it: tree-sitter for every language, plus CPython
 for Python). A proposal is admitted when some witness
 agrees with everything committed so far plus the proposal. The search tries, each for one
 parse: the current witness with the proposal in it, the model's own draft (this call's most
-likely token at every hole) with everything committed in it, a bounded sweep of fillers over
-the draft's runs of holes, and the draft or fillers in the holes beside the proposal. Why a
-witness and not a grammar:
+likely token at every hole) with everything committed in it, the draft or fillers in the holes
+beside a lone proposal, a bounded sweep of fillers over the draft's runs of holes, and then, for
+each proposal left, the draft or fillers beside it. Why a witness and not a grammar:
 - soundness does not rest on the search or on a grammar we would have to write for eight
   languages (Python's indentation included): every witness is passed by the judge, and the
   last witness is the fill, so a guarded fill is never broken by the judge's own rule;
