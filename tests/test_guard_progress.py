@@ -41,7 +41,7 @@ def test_the_least_wanted_reopens_that_the_witness_holds_are_given_back_first():
     assert given_back(Holding({2, 3, 4}), before, span, reopen, 1).tolist() == [1]
     # three commits admitted: two reopens may stay, the two most wanted
     assert given_back(Holding({0, 1, 2, 3, 4}), before, span, reopen, 3).tolist() == [3, 1]
-    # the least wanted is not held: the next least wanted goes back instead
+    # the second least wanted (4) is not held: the least wanted (2) and the third (1) go back instead
     assert given_back(Holding({3, 1, 2}), before, span, reopen, 3).tolist() == [3, 4]
 
 
