@@ -553,6 +553,32 @@ def test_a_witness_never_hides_a_held_token_in_a_comment_it_opened(shipped):
     assert completable(job, partial(shipped, job, {1: " #", 3: " ="})), "the model's own comment may hold its tokens"
 
 
+def test_a_comment_start_the_model_itself_puts_there_holds_its_tokens_after_it(shipped):
+    # a comment line decoded in any order: ` =` proposed at the hole's end, its ` #` not yet committed; the model's
+    # draft has ` #` there (its most likely token), so it is the model's comment, not one the search put in, and
+    # ` =` is admitted; with a draft that has no comment start there, ` =` has no witness, as before
+    job = job_for(shipped, "x = ⟦fill:4⟧\ny = 2\n")
+    start = job.plan.positions[0].start
+    equals = guard.single_token(shipped.tokenizer, " =")
+
+    def admitted(draft: dict[int, str]) -> tuple[list[int], list[int], torch.Tensor]:
+        session = job.decoder.completer.begin(job.plan.canvas.tokens)
+        drafted = partial(shipped, job, draft)
+        logits = torch.full((len(drafted), 4096), -10.0)
+        logits[torch.arange(len(drafted)), drafted] = 5.0
+        canvas = job.plan.canvas.tokens
+        pos, ids, _ = session.admit(
+            canvas, logits, torch.tensor([start + 3]), torch.tensor([equals]), torch.tensor([0.9])
+        )
+        return (pos - start).tolist(), ids.tolist(), session.witness
+
+    pos, ids, witness = admitted({0: " 1", 1: " #", 2: " =", 3: " ="})
+    assert pos == [3] and ids == [equals]
+    assert job.guarding.judge(witness) == 0 and witness[start + 1] == guard.single_token(shipped.tokenizer, " #")
+    pos, ids, witness = admitted({0: " 1", 1: " +", 2: " 2", 3: " ="})
+    assert (3, equals) not in set(zip(pos, ids, strict=True)) and job.guarding.judge(witness) == 0
+
+
 def test_the_witness_s_own_token_inside_its_comment_is_not_admitted_unsearched(shipped):
     # the witness holds a filler's ` #` and then ` =` on the same line; ` =` proposed there is the witness's own
     # token, which the guard used to admit without a check (the comment start was left for a later call to commit)

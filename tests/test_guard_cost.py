@@ -7,6 +7,7 @@ import dataclasses
 import random
 
 import pytest
+import torch
 
 from dlmcode import models
 from dlmcode.bench import guard_cost
@@ -95,9 +96,10 @@ def test_speed_guard_prints_both_tables_and_returns_their_rows(monkeypatch):
 
     asked = {}
 
-    def cost(dlm, n):
+    def cost(dlm, n, right=None):
         asked["places"] = n
-        yield guard_cost.CostRow("queue.py", 11_000, 4, decodes=2, calls=10, guard_s=0.05, forward_s=0.1)
+        asked.setdefault("right", []).append(right)
+        yield guard_cost.CostRow("queue.py", 11_000, 4, right, decodes=2, calls=10, guard_s=0.05, forward_s=0.1)
 
     def typos(dlm, n):
         asked["typos"] = n
@@ -106,10 +108,61 @@ def test_speed_guard_prints_both_tables_and_returns_their_rows(monkeypatch):
     monkeypatch.setattr(guard_cost, "cost", cost)
     monkeypatch.setattr(guard_cost, "typos", typos)
     out = io.StringIO()
-    found = speed.guard_costs(None, 2, 3, Console(file=out, width=200))
-    assert asked == {"places": 2, "typos": 3}
+    found = speed.guard_costs(None, 2, 3, Console(file=out, width=200), right=(1.0, 0.9))
+    assert asked == {"places": 2, "typos": 3, "right": [None, 1.0, 0.9]}  # the model, then each stand-in
     assert found["guard_files"][0]["share_of_forward"] == 0.05 and not found["guard_files"][0]["met"]
+    assert [row["right"] for row in found["guard_files"]] == [None, 1.0, 0.9]
     assert found["guard_typos"][0]["compiles_share"] == 0.6667  # 2 of 3 fills: the one that gave up counts
     text = out.getvalue()
     assert "share of one uncached forward" in text and "compile once it is fixed" in text and "5.0%" in text
+    assert "right 90%" in text and "a stand-in right at 90% of the holes" in text
     assert speed.guard_costs(None, 0, 0, Console(file=io.StringIO())) == {"guard_files": []}
+
+
+def test_guard_right_takes_shares_from_0_to_1():
+    from dlmcode.cli import speed
+    from dlmcode.core.errors import UsageError
+
+    assert speed.shares("1,0.9") == (1.0, 0.9) and speed.shares("") == ()
+    for bad in ("1.5", "x", "0.9,-1"):
+        with pytest.raises(UsageError, match="--guard-right"):
+            speed.shares(bad)
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    return models.load()
+
+
+def test_the_stand_in_is_right_at_its_share_of_the_holes_with_the_file_s_own_token_second(builtin):
+    truth = [91, 278, 457, 40, 41, 58, 300, 12, 13, 14] * 4  # 40 holes
+    prompt = [91, 278]
+    tokens = torch.tensor(prompt + [builtin.mask_id] * len(truth) + [457])
+    for right, misses in ((1.0, 0), (0.75, 10)):
+        model = guard_cost.knowing(builtin, truth, right, seed=3)
+        logits = model.predict(tokens)  # (L, V)
+        holes = logits[len(prompt) : len(prompt) + len(truth)]
+        top2 = holes.topk(2, dim=-1).indices  # (n, 2)
+        own = torch.tensor(truth)
+        hit = top2[:, 0] == own
+        assert abs(int((~hit).sum()) - misses) <= 4  # drawn per hole: about the share asked for
+        assert bool((top2[~hit, 1] == own[~hit]).all()) and not bool((top2[:, 0] == builtin.mask_id).any())
+        rows = torch.tensor([0, 5, len(prompt) + len(truth)])
+        assert torch.equal(model.predict(tokens, rows), logits[rows])  # a row's logits do not depend on the others
+        assert logits[0].argmax() == prompt[0] and logits[-1].argmax() == 457  # committed rows favour their token
+    hit_one = guard_cost.knowing(builtin, truth, 1.0, seed=3).predict(tokens)
+    assert torch.equal(hit_one[len(prompt) : len(prompt) + len(truth)].argmax(-1), torch.tensor(truth))
+
+
+def test_beside_a_model_right_everywhere_the_guard_admits_a_comment_line_in_any_order(builtin):
+    """queue.py's lines 42-44 end in a comment line; a stand-in right at every hole commits in an order of its own,
+    the comment's words before its `#`. The guard admits each as the model proposes it (the `#` is the model's own,
+    in its draft) with at most a check a call, and the fill is the file's own text."""
+    text = guard_cost.stdlib("queue.py")
+    span = (42, 44)
+    assert text.split("\n")[43].lstrip().startswith("#")
+    model = guard_cost.knowing(builtin, guard_cost.own_tokens(builtin, text, span), 1.0, seed=0)
+    job, result = guard_cost.guarded(model, text, span, 1)
+    stats = job.decoder.completer.last
+    assert result.text == text and result.guard is not None
+    assert stats.checks <= result.calls and stats.fallback == 0 and stats.rejected == 0

@@ -8,6 +8,13 @@ first witness search and every admission) per model call, as a share of one unca
 the model on a 512-token canvas, measured in the same run (before each row). Targets: at most 2 % up to 50 KB, 5 %
 above.
 
+Beside a strong model (`right`): the same decodes with a stand-in model whose most likely token at each hole
+is the file's own at a share `right` of the holes (elsewhere a random token, the file's own second), in an order
+of its own (a confidence drawn per hole). The built-in model's drafts are broken nearly everywhere, so its rows
+say what the guard costs beside a weak model; these say what it costs beside one that is right, as an 8B model
+on a GPU mostly is: the guard's own floor, and what each miss adds. The yardstick is the built-in model's
+forward in both.
+
 Typos: a guarded fill of a 3-line span inside a function, with one broken line or one unclosed
 bracket of the user's inserted 15 or more lines above or below it, outside its function; the fill
 must compile once the user's line is taken out again (target: 99 % of the fills; one whose guard gave up counts
@@ -27,11 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor
+
+from ..core.canvas import rowwise
 from ..core.errors import UsageError
 from ..core.run import RunSettings
 from ..models.base import Dlm
 
 FILES = ("queue.py", "pathlib.py", "_pydecimal.py")  # about 11, 49 and 229 KB (CPython 3.11)
+RIGHT = (1.0, 0.9)  # shares of the holes the stand-in model of `knowing` gets right, by default
 PLACES = 4  # 3-line spans per file, spread evenly
 TOKENS_PER_CALL = (1, 4)
 FORWARDS = 7  # timed forwards of the yardstick; the median counts
@@ -50,6 +62,7 @@ class CostRow:
     file: str
     size: int  # bytes
     tokens_per_step: int
+    right: float | None = None  # the stand-in's share of holes right (`knowing`); None: the model itself
     decodes: int = 0
     calls: int = 0
     guard_s: float = 0.0  # Stats.seconds, summed: the first searches and every admission
@@ -130,17 +143,19 @@ def guarded(dlm: Dlm, text: str, span: tuple[int, int], tokens_per_step: int, se
     return job, job.run()
 
 
-def cost(dlm: Dlm, files: tuple[str, ...] = FILES, n: int = PLACES) -> Iterator[CostRow]:
+def cost(dlm: Dlm, files: tuple[str, ...] = FILES, n: int = PLACES, right: float | None = None) -> Iterator[CostRow]:
     """One row per file and tokens per call, its yardstick measured just before it (on a shared machine the
-    load changes during a run: the ratio is taken under the same load)."""
+    load changes during a run: the ratio is taken under the same load). `right`: decoded by the stand-in of
+    `knowing` that gets this share of the holes right, not by `dlm` (whose forward is still the yardstick)."""
     for name in files:
         text = stdlib(name)
         for k in TOKENS_PER_CALL:
             wall, cpu = forward_seconds(dlm)
-            row = CostRow(name, len(text.encode("utf-8")), k, forward_s=wall, forward_cpu_s=cpu)
-            for span in places(text, n):
+            row = CostRow(name, len(text.encode("utf-8")), k, right, forward_s=wall, forward_cpu_s=cpu)
+            for i, span in enumerate(places(text, n)):
+                model = dlm if right is None else knowing(dlm, own_tokens(dlm, text, span), right, seed=i)
                 try:
-                    job, result = guarded(dlm, text, span, k)
+                    job, result = guarded(model, text, span, k)
                 except UsageError:  # the span and the text between its holes outgrow the model's context
                     row.skipped += 1
                     continue
@@ -155,6 +170,47 @@ def cost(dlm: Dlm, files: tuple[str, ...] = FILES, n: int = PLACES) -> Iterator[
                 row.unguarded += result.guard is None
                 row.broken += bool(result.breakage and result.breakage.broken)
             yield row
+
+
+def own_tokens(dlm: Dlm, text: str, span: tuple[int, int]) -> list[int]:
+    """The span's own tokens, as the plan sizes its hole (text/spans.py: the span's token count)."""
+    from ..text.spans import line_span
+
+    start, end = line_span(text, span)
+    return list(dlm.tokenizer.encode(text[start:end]))
+
+
+def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0) -> Dlm:
+    """A stand-in for a strong model on a canvas with one run of len(truth) holes: at each hole, its most likely
+    token is the file's own (`truth`) at a share `right` of the holes, chosen once (a random token elsewhere, with
+    the file's own second); each hole's top logit is drawn once, from 2 to 8, so a decoder commits them in an
+    order of its own. Rows of committed positions favour their token. No forward runs: it costs nothing."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(dlm.predict(torch.tensor([dlm.mask_id], device=dlm.device)).shape[-1])
+    n = len(truth)
+    own = torch.tensor(truth, dtype=torch.long)  # (n,)
+    wrong = torch.rand(n, generator=g) >= right  # (n,) bool
+    other = torch.randint(0, vocab, (n,), generator=g)  # (n,)
+    other = torch.where((other == own) | (other == dlm.mask_id), (other + 1) % vocab, other)
+    top = 2 + 6 * torch.rand(n, generator=g)  # (n,)
+    first: list[int] = []  # where the holes start: read off the first canvas, whose holes are all open
+
+    def predict(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        tokens = tokens.cpu()
+        if not first:
+            first.append(int((tokens == dlm.mask_id).nonzero()[0]))
+        rows = torch.arange(len(tokens)) if rows is None else rows.cpu()
+        out = torch.full((len(rows), vocab), -8.0)
+        at = rows - first[0]  # (R,) hole index, where 0 <= at < n
+        hole = (at >= 0) & (at < n)
+        r, i = hole.nonzero().squeeze(-1), at[hole]
+        out[r, torch.where(wrong[i], other[i], own[i])] = top[i]
+        out[r[wrong[i]], own[i][wrong[i]]] = top[i][wrong[i]] - 1
+        kept = (~hole).nonzero().squeeze(-1)
+        out[kept, tokens[rows[kept]]] = 5.0
+        return out.to(dlm.device)
+
+    return dataclasses.replace(dlm, predict=rowwise(predict), cached=None, forward_batch=None, run_rows=None)
 
 
 @dataclass
@@ -256,12 +312,14 @@ def cost_table(rows: list[CostRow]) -> Any:
 
     title = "guard per model call · share of one uncached forward, 512 tokens"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ("file", "KB", "tok/call", "calls", "checks/call", "guard ms/call", "judge ms/call", "first ms", "of fwd")
+    columns = ("model", "file", "KB", "tok/call", "calls", "checks/call", "guard ms/call", "judge ms/call", "first ms")
+    columns += ("of fwd",)
     columns += ("of fwd, CPU",)
     for name in (*columns, "target", "unguarded"):
-        t.add_column(name, justify="left" if name == "file" else "right", no_wrap=True)
+        t.add_column(name, justify="left" if name in ("model", "file") else "right", no_wrap=True)
     for r in rows:
         t.add_row(
+            "built-in" if r.right is None else f"right {r.right:.0%}",
             r.file,
             f"{r.size / 1000:.0f}",
             str(r.tokens_per_step),

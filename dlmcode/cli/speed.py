@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from ..core.entry import Command, reported
+from ..core.errors import UsageError
 from ..core.run import ModelChoice
 from .app import app
 from .flags import MODEL, Quiet, model_flags
@@ -59,6 +60,13 @@ GuardPlaces = Annotated[
     int,
     typer.Option(help="with --guard: 3-line spans per standard-library file whose guard cost is timed (0: none)"),
 ]
+GuardRight = Annotated[
+    str,
+    typer.Option(
+        help="with --guard: the same files decoded by a stand-in model right at these shares of the holes, "
+        "comma-separated (empty: none): the guard's cost beside a strong model"
+    ),
+]
 Typos = Annotated[
     int,
     typer.Option(help="with --guard: this many guarded fills beside a typo of the user's (compile once fixed?)"),
@@ -97,6 +105,7 @@ def speed(
     quick: Quick = False,
     guard: Guard = False,
     guard_places: GuardPlaces = 4,
+    guard_right: GuardRight = "1,0.9",
     typos: Typos = 0,
     typos_heldout: TyposHeldout = False,
     against: Against = None,
@@ -113,6 +122,7 @@ def speed(
             from ..bench import speed as timing
             from . import cpu, view
         cfg = dataclasses.replace(timing.grid(lengths, gen, block, cache, decoder or [], repeats, quick), guard=guard)
+        right = shares(guard_right)  # a bad share is said before the grid runs
         con = view.console(quiet)
         # as for every command: torch's one-per-core default ran several times slower on a busy machine
         cpu.configure_threads()
@@ -126,7 +136,7 @@ def speed(
         con.print(table)
         summary = timing.summary(rows, dlm, cfg, probes(against, sampling, dlm, con))
         if guard:
-            summary |= guard_costs(dlm, guard_places, typos, con, typos_heldout)
+            summary |= guard_costs(dlm, guard_places, typos, con, typos_heldout, right)
         if json_out:
             emit(json.dumps(summary))
 
@@ -148,15 +158,32 @@ def probes(against: Path | None, sampling: bool, dlm: Any, con: Any) -> dict[str
     return found
 
 
-def guard_costs(dlm: Any, places: int, typos: int, con: Any, heldout: bool = False) -> dict[str, Any]:
-    """`speed --guard`'s second part (bench/guard_cost.py): the guard's cost on standard-library files, and
-    fills beside a typo; the tables on stderr, the rows for --json."""
+def shares(text: str) -> tuple[float, ...]:
+    """--guard-right's shares, each in [0, 1]."""
+    try:
+        found = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"--guard-right takes shares such as 1,0.9, got {text!r}") from None
+    if not all(0 <= share <= 1 for share in found):
+        raise UsageError(f"--guard-right: each share must be from 0 to 1, got {text!r}")
+    return found
+
+
+def guard_costs(
+    dlm: Any, places: int, typos: int, con: Any, heldout: bool = False, right: tuple[float, ...] = ()
+) -> dict[str, Any]:
+    """`speed --guard`'s second part (bench/guard_cost.py): the guard's cost on standard-library files, decoded by
+    the model and by stand-ins right at the shares `right`, and fills beside a typo; the tables on stderr, the
+    rows for --json."""
     from ..bench import guard_cost
 
     rows = []
-    for row in guard_cost.cost(dlm, n=places) if places > 0 else ():
-        con.print(f"guard: {row.file} at {row.tokens_per_step} a call: {row.share:.1%} of a forward", soft_wrap=True)
-        rows.append(row)
+    for share in (None, *right) if places > 0 else ():
+        for row in guard_cost.cost(dlm, n=places, right=share):
+            model = "" if share is None else f" (a stand-in right at {share:.0%} of the holes)"
+            line = f"guard: {row.file} at {row.tokens_per_step} a call{model}: {row.share:.1%} of a forward"
+            con.print(line, soft_wrap=True)
+            rows.append(row)
     if rows:
         con.print(guard_cost.cost_table(rows))
     out: dict[str, Any] = {"guard_files": [r.to_dict() for r in rows]}

@@ -144,6 +144,7 @@ class Session(Search):
         self.beside = -1  # fillers tried beside a proposal in the current call (-1: all)
         self.own = False  # this call's proposals are kept or turned away as they are: no less likely token is tried
         self.held: Tensor | None = None  # (L,) bool: what the witness searched for must agree with (`hides`)
+        self.drafted: Tensor | None = None  # (L,) this call's draft: a comment start the model itself puts there
         self.ends: dict[int, str] = {}  # token -> its text, read for `hides`
 
     def admit(
@@ -186,7 +187,7 @@ class Session(Search):
         self.stats.gave_up = False
         order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
         tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
-        draft = self.draft(tokens, logits)
+        draft = self.drafted = self.draft(tokens, logits)
         every = tokens.clone()
         every[pos] = ids
         found = self.complete(every, draft, pos[:0])  # the witness, the draft: one or two parses in the common case
@@ -310,12 +311,16 @@ class Session(Search):
 
     def hides(self, canvas: Tensor) -> bool:
         """Whether a comment start the search put in a hole hides a held token after it (committed, proposed, the
-        user's): the judge passes `x = 1 # ) )`, but then a later call has to commit that ` #` (docs/guard.md)."""
+        user's): the judge passes `x = 1 # ) )`, but then a later call has to commit that ` #` (docs/guard.md).
+        The model's own comment start (this call's draft has it there: its most likely token) is not the search's:
+        it holds what follows it, as a committed or proposed one does, and a comment line is decoded in any order."""
         if self.held is None or not hasattr(self.guard.fit, "escape") or not hasattr(self.guard.fit, "tokenizer"):
             return False  # no comment starts known (a toy language)
         ids, held, decode = canvas.tolist(), self.held.tolist(), self.guard.fit.tokenizer.decode
+        own = self.drafted.tolist() if self.drafted is not None else [None] * len(ids)
         text = lambda t: self.ends[t] if t in self.ends else self.ends.setdefault(t, decode([t]))  # noqa: E731
-        for p in [p for p in (~self.held).nonzero().squeeze(-1).tolist() if self.escape(ids[p])]:
+        free = (~self.held).nonzero().squeeze(-1).tolist()
+        for p in [p for p in free if self.escape(ids[p]) and ids[p] != own[p]]:
             mark = text(ids[p])
             close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
             if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
@@ -336,7 +341,8 @@ class Session(Search):
         searching longest), since the model's guesses improve as the canvas fills in; from the call
         a witness is found on, the decode is guarded, and so its fill parses."""
         budget = ADOPT if self.stats.late == 0 else RETRY
-        self.witness = self.sweep(tokens.cpu(), self.draft(tokens.cpu(), logits), budget)
+        self.drafted = self.draft(tokens.cpu(), logits)
+        self.witness = self.sweep(tokens.cpu(), self.drafted, budget)
         return self.witness is not None
 
     def first_passing(
