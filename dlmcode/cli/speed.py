@@ -185,6 +185,7 @@ def guard_costs(
             con.print(line, soft_wrap=True)
             rows.append(row)
     if rows:
+        con.width = max(con.width, 160)  # 13 columns: never cropped, also when stderr is a file
         con.print(guard_cost.cost_table(rows))
     out: dict[str, Any] = {"guard_files": [r.to_dict() for r in rows]}
     if typos:
