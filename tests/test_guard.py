@@ -9,6 +9,7 @@ breaks, comment starts), so that nearly every proposal must be caught.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from pathlib import Path
 
@@ -220,6 +221,29 @@ def test_a_lone_proposal_tries_fillers_beside_it_before_sweeping_the_whole_draft
     assert pos.tolist() == [2] and ids.tolist() == [OPEN]
     assert session.witness.tolist() == [OPEN, CLOSE, OPEN, NEUTRAL, CLOSE, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL]
     assert asked == [1] and session.stats.checks == 6  # the witness, the draft, the draft beside it (3), the filler
+
+
+def test_a_draft_broken_at_an_unsure_hole_is_read_again_with_the_model_s_close_second_there():
+    # the model proposes OPEN at 1 (right); the witness cannot hold it, and its draft breaks at 5, the one hole of
+    # five where it is unsure (OPEN, CLOSE half as likely); read with CLOSE there, the draft parses and admits OPEN
+    # in three checks, where before OPEN fell to another token; the sure holes keep the model's first choice
+    mask, other = 9, 4
+    canvas = torch.tensor([OPEN, mask, mask, mask, mask, mask, CLOSE])
+    witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
+    logits = torch.full((7, 10), -5.0)
+    logits[1, OPEN], logits[2:5, NEUTRAL] = 4.0, 4.0
+    logits[5, OPEN], logits[5, CLOSE] = 2.0, 2.0 + math.log(0.5)
+    session = guard.Guard(balanced, witness, mask).begin(canvas)
+    pos, ids, _ = session.admit(canvas, logits, torch.tensor([1]), torch.tensor([OPEN]), torch.tensor([0.9]))
+    assert pos.tolist() == [1] and ids.tolist() == [OPEN] and session.stats.rejected == 0
+    assert session.witness.tolist() == [OPEN, OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE, CLOSE]
+    assert session.stats.checks == 3
+    for unsure in ("far", "many"):  # a second half as likely at 5 only, or also at 4: two holes of five
+        logits[5, CLOSE] = 2.0 + math.log(0.2 if unsure == "far" else 0.5)
+        logits[4, other] = 4.0 + math.log(0.5) if unsure == "many" else -5.0
+        session = guard.Guard(balanced, witness, mask).begin(canvas)
+        pos, ids, _ = session.admit(canvas, logits, torch.tensor([1]), torch.tensor([OPEN]), torch.tensor([0.9]))
+        assert ids.tolist() != [OPEN] and session.stats.rejected == 1, unsure  # no second reading: turned away
 
 
 def test_the_draft_is_the_model_s_top_token_at_every_hole_never_the_mask():

@@ -180,11 +180,12 @@ def own_tokens(dlm: Dlm, text: str, span: tuple[int, int]) -> list[int]:
     return list(dlm.tokenizer.encode(text[start:end]))
 
 
-def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0) -> Dlm:
+def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0, below: float = 1.0) -> Dlm:
     """A stand-in for a strong model on a canvas with one run of len(truth) holes: at each hole, its most likely
     token is the file's own (`truth`) at a share `right` of the holes, chosen once (a random token elsewhere, with
-    the file's own second); each hole's top logit is drawn once, from 2 to 8, so a decoder commits them in an
-    order of its own. Rows of committed positions favour their token. No forward runs: it costs nothing."""
+    the file's own second, `below` logits under it); each hole's top logit is drawn once, from 2 to 8, so a
+    decoder commits them in an order of its own. Rows of committed positions favour their token. No forward runs:
+    it costs nothing."""
     g = torch.Generator().manual_seed(seed)
     vocab = int(dlm.predict(torch.tensor([dlm.mask_id], device=dlm.device)).shape[-1])
     n = len(truth)
@@ -205,7 +206,7 @@ def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0) -> Dlm:
         hole = (at >= 0) & (at < n)
         r, i = hole.nonzero().squeeze(-1), at[hole]
         out[r, torch.where(wrong[i], other[i], own[i])] = top[i]
-        out[r[wrong[i]], own[i][wrong[i]]] = top[i][wrong[i]] - 1
+        out[r[wrong[i]], own[i][wrong[i]]] = top[i][wrong[i]] - below
         kept = (~hole).nonzero().squeeze(-1)
         out[kept, tokens[rows[kept]]] = 5.0
         return out.to(dlm.device)

@@ -13,8 +13,9 @@ window of the file that decides it: tree-sitter for every language, plus CPython
 for Python). A proposal is admitted when some witness
 agrees with everything committed so far plus the proposal. The search tries, each for one
 parse: the current witness with the proposal in it, the model's own draft (this call's most
-likely token at every hole) with everything committed in it, the draft or fillers in the holes
-beside a lone proposal, a bounded sweep of fillers over the draft's runs of holes, and then, for
+likely token at every hole) with everything committed in it, the draft read with the model's
+close second choice at the few holes it is unsure of (`Session.second`), the draft or fillers in
+the holes beside a lone proposal, a bounded sweep of fillers over the draft's runs of holes, and then, for
 each proposal left, the draft or fillers beside it. Why a witness and not a grammar:
 - soundness does not rest on the search or on a grammar we would have to write for eight
   languages (Python's indentation included): every witness is passed by the judge, and the
@@ -34,6 +35,7 @@ hole: text/literals.py.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +69,8 @@ ADOPT, RETRY = (
     8,
 )  # judge calls for a witness from the draft when no filler fitted: the first call, each later one (ours)
 TOGETHER = 4  # judge calls per cut when admitting the proposals on one side of a cut together (ours)
+UNSURE = 0.25  # the second reading only when the model is unsure at most at this share of the holes (ours)
+RIVAL = 0.25  # a hole's second choice at least this share as likely as its first: the draft's second reading (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 BESIDE = 3  # fillers tried in each run of holes beside a lone proposal (ours: docs/guard.md, Cost: of the passes,
 # nearly all came from the first three, and building the others was most of the guard's time on large files; with
@@ -145,6 +149,8 @@ class Session(Search):
         self.own = False  # this call's proposals are kept or turned away as they are: no less likely token is tried
         self.held: Tensor | None = None  # (L,) bool: what the witness searched for must agree with (`hides`)
         self.drafted: Tensor | None = None  # (L,) this call's draft: a comment start the model itself puts there
+        self.read: tuple[Tensor, Tensor] | None = None  # this call's canvas and logits, for its draft's `second`
+        self.seconded: Tensor | None = None  # the second reading made of them (None: not yet or none)
         self.ends: dict[int, str] = {}  # token -> its text, read for `hides`
 
     def admit(
@@ -188,6 +194,7 @@ class Session(Search):
         order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
         tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
         draft = self.drafted = self.draft(tokens, logits)
+        self.read, self.seconded = (tokens, logits), None
         every = tokens.clone()
         every[pos] = ids
         found = self.complete(every, draft, pos[:0])  # the witness, the draft: one or two parses in the common case
@@ -382,6 +389,32 @@ class Session(Search):
             current[p] = token
             kept.append((p, token, prob))
         return found
+
+    def second(self) -> Tensor | None:
+        """This call's draft with the model's second choice at each hole where that is at least RIVAL times as likely
+        as its first (never the mask, never a comment start: `escape`), when the model is that unsure at no more than
+        UNSURE of the holes; None otherwise. A model that is sure of most of the fill and wrong at a few holes, where
+        its second choice is the one the code needs, breaks its draft there: read this way, the draft parses and is a
+        witness for the proposals that are right. A model unsure nearly everywhere (the built-in one) would get
+        another draft, not a repair of this one (docs/guard.md, tenth round)."""
+        if self.read is None or self.drafted is None:
+            return None
+        if self.seconded is None:
+            tokens, logits = self.read
+            holes = (tokens == self.guard.mask_id).nonzero().squeeze(-1)
+            out = self.drafted.clone()
+            if holes.numel():
+                rows = sampling.without(logits[holes.to(logits.device)].float(), self.guard.mask_id)  # (H, V) a copy
+                top = rows.topk(2, dim=-1)  # (H, 2)
+                close = (top.values[:, 1] - top.values[:, 0]).cpu() >= math.log(RIVAL)  # p2 / p1 >= RIVAL
+                if int(close.sum()) > UNSURE * len(holes):  # unsure nearly everywhere: another draft, not a repair
+                    close[:] = False
+                for i in close.nonzero().squeeze(-1).tolist():
+                    other = int(top.indices[i, 1])
+                    if int(top.indices[i, 0]) == int(self.drafted[holes[i]]) and not self.escape(other):
+                        out[holes[i]] = other
+            self.seconded = out if not torch.equal(out, self.drafted) else self.drafted
+        return None if self.seconded is self.drafted else self.seconded
 
     def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
         """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""

@@ -56,8 +56,8 @@ class Search:
             return self.witness  # the proposal is the witness's own choice: nothing to check
         mixed = torch.where(free, draft, fixed)
         candidates = itertools.chain(
-            [base, mixed], self.repairs(base, draft, free, changed, fillers)
-        )  # repairs built only if needed
+            [base, mixed], self.seconds(free, fixed), self.repairs(base, draft, free, changed, fillers)
+        )  # the second reading and the repairs built only if needed
         for candidate in itertools.islice(unique(candidates), trials or TRIALS):
             if self.passes(candidate):
                 return candidate
@@ -92,6 +92,16 @@ class Search:
             return runs
         k = max((i for i, r in enumerate(runs) if r.start <= at), default=0)
         return [runs[k], *runs[:k], *runs[k + 1 :]]
+
+    def seconds(self, free: Tensor, fixed: Tensor) -> Iterator[Tensor]:
+        """The draft's second reading with `fixed`, if any (`second`): made only when the search gets to it."""
+        second = self.second()
+        if second is not None:
+            yield torch.where(free, second, fixed)
+
+    def second(self) -> Tensor | None:
+        """(L,) the draft with the model's close second choice at the holes it is unsure of; None: no other reading."""
+        return None
 
     def repairs(
         self, base: Tensor, draft: Tensor, free: Tensor, changed: Tensor, fillers: int = -1
