@@ -8,12 +8,12 @@ first witness search and every admission) per model call, as a share of one unca
 the model on a 512-token canvas, measured in the same run (before each row). Targets: at most 2 % up to 50 KB, 5 %
 above.
 
-Beside a strong model (`right`): the same decodes with a stand-in model whose most likely token at each hole
-is the file's own at a share `right` of the holes (elsewhere a random token, the file's own second), in an order
-of its own (a confidence drawn per hole). The built-in model's drafts are broken nearly everywhere, so its rows
-say what the guard costs beside a weak model; these say what it costs beside one that is right, as an 8B model
-on a GPU mostly is: the guard's own floor, and what each miss adds. The yardstick is the built-in model's
-forward in both.
+Beside a strong model (`right`, `dlmcode speed --guard-right`): the same decodes with a stand-in model whose most
+likely token at each hole is the file's own at a share `right` of the holes (elsewhere a random token, the file's
+own second), in an order of its own (a confidence drawn per hole). The built-in model's drafts are broken nearly
+everywhere, so its rows say what the guard costs beside a weak model; these say what it costs beside one that is
+mostly right: the guard's own floor, and what each miss adds. The yardstick is the built-in model's forward in
+both.
 
 Typos: a guarded fill of a 3-line span inside a function, with one broken line or one unclosed
 bracket of the user's inserted 15 or more lines above or below it, outside its function; the fill
@@ -43,7 +43,6 @@ from ..core.run import RunSettings
 from ..models.base import Dlm
 
 FILES = ("queue.py", "pathlib.py", "_pydecimal.py")  # about 11, 49 and 229 KB (CPython 3.11)
-RIGHT = (1.0, 0.9)  # shares of the holes the stand-in model of `knowing` gets right, by default
 PLACES = 4  # 3-line spans per file, spread evenly
 TOKENS_PER_CALL = (1, 4)
 FORWARDS = 7  # timed forwards of the yardstick; the median counts
@@ -192,7 +191,8 @@ def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0, below: floa
     own = torch.tensor(truth, dtype=torch.long)  # (n,)
     wrong = torch.rand(n, generator=g) >= right  # (n,) bool
     other = torch.randint(0, vocab, (n,), generator=g)  # (n,)
-    other = torch.where((other == own) | (other == dlm.mask_id), (other + 1) % vocab, other)
+    for _ in range(2):  # a random token, never the file's own nor the mask
+        other = torch.where((other == own) | (other == dlm.mask_id), (other + 1) % vocab, other)
     top = 2 + 6 * torch.rand(n, generator=g)  # (n,)
     first: list[int] = []  # where the holes start: read off the first canvas, whose holes are all open
 
