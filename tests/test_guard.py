@@ -246,6 +246,26 @@ def test_a_draft_broken_at_an_unsure_hole_is_read_again_with_the_model_s_close_s
         assert ids.tolist() != [OPEN] and session.stats.rejected == 1, unsure  # no second reading: turned away
 
 
+def test_the_second_reading_stops_reading_once_the_model_is_unsure_at_too_many_holes(monkeypatch):
+    # eight holes, a quarter of them is 2: unsure at the first three read, it is unsure at too many, and the other
+    # five rows are not read (the built-in model is unsure nearly everywhere: most calls stop there)
+    mask = 9
+    canvas = torch.tensor([OPEN, *[mask] * 8, CLOSE])
+    session = guard.Guard(balanced, torch.tensor([OPEN, *[NEUTRAL] * 8, CLOSE]), mask).begin(canvas)
+    read = []
+    choices = guard.Session.choices
+    monkeypatch.setattr(
+        guard.Session, "choices", lambda self, lg, holes: read.append(len(holes)) or choices(self, lg, holes)
+    )
+    logits = torch.zeros(10, 10)  # every token as likely: unsure everywhere
+    session.drafted, session.read = session.draft(canvas, logits), (canvas, logits)
+    assert session.second() is None and read == [3]
+    logits[1:9, NEUTRAL] = 5.0  # sure everywhere: every row read, and nothing to read again
+    read.clear()
+    session.drafted, session.read, session.seconded = session.draft(canvas, logits), (canvas, logits), None
+    assert session.second() is None and read == [3, 5]
+
+
 def test_the_draft_is_the_model_s_top_token_at_every_hole_never_the_mask():
     mask = 9
     canvas = torch.tensor([OPEN, mask, mask, CLOSE])

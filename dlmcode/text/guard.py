@@ -403,18 +403,28 @@ class Session(Search):
             tokens, logits = self.read
             holes = (tokens == self.guard.mask_id).nonzero().squeeze(-1)
             out = self.drafted.clone()
-            if holes.numel():
-                rows = sampling.without(logits[holes.to(logits.device)].float(), self.guard.mask_id)  # (H, V) a copy
-                top = rows.topk(2, dim=-1)  # (H, 2)
-                close = (top.values[:, 1] - top.values[:, 0]).cpu() >= math.log(RIVAL)  # p2 / p1 >= RIVAL
-                if int(close.sum()) > UNSURE * len(holes):  # unsure nearly everywhere: another draft, not a repair
-                    close[:] = False
-                for i in close.nonzero().squeeze(-1).tolist():
-                    other = int(top.indices[i, 1])
-                    if int(top.indices[i, 0]) == int(self.drafted[holes[i]]) and not self.escape(other):
-                        out[holes[i]] = other
+            limit = int(UNSURE * len(holes))  # more unsure holes than this: no second reading
+            found = self.choices(logits, holes[: limit + 1])  # unsure at all of them (the built-in model): stop there
+            if found is not None and not bool(found[0].all()):
+                more = self.choices(logits, holes[limit + 1 :])
+                close, top = found if more is None else (torch.cat([found[0], more[0]]), torch.cat([found[1], more[1]]))
+                if int(close.sum()) <= limit:
+                    for i in close.nonzero().squeeze(-1).tolist():
+                        other = int(top[i, 1])
+                        if int(top[i, 0]) == int(self.drafted[holes[i]]) and not self.escape(other):
+                            out[holes[i]] = other
             self.seconded = out if not torch.equal(out, self.drafted) else self.drafted
         return None if self.seconded is self.drafted else self.seconded
+
+    def choices(self, logits: Tensor, holes: Tensor) -> tuple[Tensor, Tensor] | None:
+        """(h,) whether the model is unsure at each of `holes` (its second choice at least RIVAL times as likely as
+        its first) and (h, 2) its two first choices, on the CPU; None for no holes."""
+        if not holes.numel():
+            return None
+        rows = sampling.without(logits[holes.to(logits.device)].float(), self.guard.mask_id)  # (h, V) a copy
+        top = rows.topk(2, dim=-1)  # (h, 2)
+        close = (top.values[:, 1] - top.values[:, 0]) >= math.log(RIVAL)  # p2 / p1 >= RIVAL
+        return close.cpu(), top.indices.cpu()
 
     def options(self, logits: Tensor, p: int, token: int, score: float) -> list[tuple[int, float]]:
         """The proposal, then the most likely other tokens at `p` (never the mask, never a forbidden one)."""
