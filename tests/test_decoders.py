@@ -892,3 +892,29 @@ def test_the_reopen_budget_stops_an_adversary(name, max_reopen, make_canvas):
 def test_max_calls_of_the_new_decoders(decoder, holes, calls):
     assert build(decoder).max_calls(holes) == calls
     assert build("wino", {"max_reopen": "0.25"}).max_calls(10) == 12
+
+
+@pytest.mark.parametrize("late", [(), tuple(range(0, 50, 2))])  # late ids: half the vocabulary
+@pytest.mark.parametrize("bars", [(7.5, 5.0, 2.5), (1.0, 1.0, 1.0), (99.0, 99.0, 99.0)])
+def test_prophet_at_temperature_0_proposes_the_other_blocks_only_once_settled(late, bars):
+    """At temperature 0 prophet proposes the active block's holes alone, and the other blocks' once it settles: call
+    for call the same commits, tokens and scores as proposing every hole at every call (as it did before)."""
+    from dlmcode.decoders.prophet import Prophet
+
+    class EveryHole(Prophet):
+        def reads(self, holes, current, upto):
+            return holes
+
+    table = torch.randn(64, 12, 50, generator=torch.Generator().manual_seed(7)) * 3  # (state, position, vocab)
+
+    def predict(tokens):  # a model whose rows change with the canvas
+        return table[int((tokens * torch.arange(1, len(tokens) + 1)).sum()) % 64]
+
+    canvas = Canvas(torch.tensor([1] + [MASK] * 10 + [3]), MASK, late)
+    options = {"block": 4, "gap_early": bars[0], "gap_mid": bars[1], "gap_late": bars[2]}
+    ours, before = run(Prophet(**options), canvas, predict), run(EveryHole(**options), canvas, predict)
+    settled = [len(s.filled) > 1 for s in ours]  # the rest committed at once
+    assert len(ours) == len(before) and (settled == [True] if bars[0] == 1 else not any(settled) or bars[0] < 99)
+    for a, b in zip(ours, before, strict=True):
+        assert torch.equal(a.filled, b.filled) and torch.equal(a.scores, b.scores)
+        assert torch.equal(a.canvas.tokens, b.canvas.tokens)

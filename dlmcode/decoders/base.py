@@ -258,6 +258,7 @@ class Window(NamedTuple):
     calls: int  # this call's number, 1-based
     span: int  # writable positions in all (the holes the decode started with)
     mask_id: int
+    late_ids: tuple[int, ...] = ()  # the canvas's tokens committed last (their conf is 0 at holes)
 
 
 class Revision(NamedTuple):
@@ -400,7 +401,7 @@ def _window(
     if where is not None:  # the rows not read: the canvas's token, probability 0
         ids = shown.clone().index_copy_(0, where, ids)  # (P,)
         conf, kept = spread(conf, where, len(span)), spread(kept, where, len(span))  # (P,) each
-    return Window(rows, ids, conf, kept, holes, current, upto, block, calls, len(span), canvas.mask_id)
+    return Window(rows, ids, conf, kept, holes, current, upto, block, calls, len(span), canvas.mask_id, canvas.late_ids)
 
 
 def spread(values: Tensor, where: Tensor, n: int) -> Tensor:

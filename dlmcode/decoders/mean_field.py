@@ -102,27 +102,26 @@ def pairwise_top(logp: Tensor, top: Tensor) -> Tensor:
     then costs 2k + 1 columns instead of V (our choice, to keep the decoder cheap next to a
     forward even for a 152k vocabulary); only those columns are ever read or exponentiated.
     """
-    h = len(logp)
+    h, k = top.shape
     d = torch.zeros(h, h, dtype=logp.dtype, device=logp.device)  # (H, H)
     i, j = torch.triu_indices(h, h, offset=1, device=logp.device)  # (P,), (P,)
     if not len(i):
         return d
-    member = torch.zeros(logp.shape, dtype=torch.bool, device=logp.device).scatter_(
-        1, top, True
-    )  # (H, V) tops of each row
-    # Each row's log-probabilities at every row's tops, read once: cross[a, b] = logp[a, top[b]] (H, H, k),
-    # a small table the pairs' columns are gathered from (reading them from (H, V) pair by pair is slower)
+    # Each row's probabilities at every row's tops, read and exponentiated once: probs[a, b] = p_a(top[b]) (H, H, k),
+    # a small table the pairs' columns are gathered from (reading them from (H, V) pair by pair is slower);
     # gathered, not indexed by columns (logp[:, flat]): the same values in a third of the time
     every = top.reshape(1, -1).expand(h, -1)  # (H, H k): every row's tops, for each row
-    cross = logp.gather(1, every).view(h, h, -1)  # (H, H, k)
-    inside = member.gather(1, every).view(h, h, -1)  # (H, H, k): top[b]'s token m is among row a's tops
-    keep = torch.cat([torch.ones_like(top[j], dtype=torch.bool), ~inside[i, j]], dim=-1)  # (P, 2k) j's tops not i's
-    # columns top[i] then top[j], as pair (i, j) is compared on them; never (P, V) copies
-    pi = torch.cat([cross[i, i], cross[i, j]], dim=-1).exp() * keep  # (P, 2k)
-    pj = torch.cat([cross[j, i], cross[j, j]], dim=-1).exp() * keep
-    pi = torch.cat([pi, (1 - pi.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)  # (P, 2k + 1)
-    pj = torch.cat([pj, (1 - pj.sum(-1, keepdim=True)).clamp_min(0)], dim=-1)
-    d[i, j] = d[j, i] = overlap(pi, pj)
+    probs = logp.gather(1, every).exp_().view(h, h, k)  # (H, H, k)
+    member = torch.zeros(logp.shape, dtype=torch.bool, device=logp.device).scatter_(1, top, True)  # (H, V)
+    outside = ~member.gather(1, every).view(h, h, k)[i, j]  # (P, k): j's tops that are not among i's
+    # pair (i, j) is compared on the columns top[i], then top[j] less top[i], then the rest pooled (2k + 1);
+    # both rows of every pair written into one buffer, never (P, V) copies
+    pair = torch.empty(2, len(i), 2 * k + 1, dtype=logp.dtype, device=logp.device)  # [row i, row j] of each pair
+    for side, row in enumerate((i, j)):
+        pair[side, :, :k] = probs[row, i]
+        torch.mul(probs[row, j], outside, out=pair[side, :, k:-1])
+    pair[:, :, -1] = (1 - pair[:, :, :-1].sum(-1)).clamp_min_(0)
+    d[i, j] = d[j, i] = overlap(pair[0], pair[1])
     return d
 
 

@@ -43,12 +43,15 @@ class Prophet(Revising, Scheduled):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
 
     def reads(self, holes: Tensor, current: Tensor, upto: Tensor) -> Tensor:
-        """It commits holes only (the active block's, or every one left once settled: its gap reads the logits)."""
-        return holes
+        """It commits holes only: the active block's, or every one left once settled (its gap reads the logits, not
+        the proposals). At temperature 0 it proposes the active block's alone, and the others' only once settled
+        (`propose_unread`); a sample draws a number for every hole it reads, so then it reads them all at once."""
+        return holes & current if self.temperature == 0 else holes
 
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         if self.settled(window):
             rows = window.holes.nonzero().squeeze(-1)
+            propose_unread(window, window.holes & ~self.reads(window.holes, window.current, window.upto), rng)
             return Revision(rows, window.conf[rows])
         active = window.holes & window.current  # (P,)
         k = sampling.even_split(
@@ -63,6 +66,16 @@ class Prophet(Revising, Scheduled):
         bar = self.gap_early if progress < PHASES[0] else self.gap_mid if progress < PHASES[1] else self.gap_late
         holes = window.logits[window.holes]  # (H, V) a copy (indexed by a mask): the mask id is dropped in it
         return float(gap(sampling.without(holes, window.mask_id, copy=False)).mean()) >= bar
+
+
+def propose_unread(window: Window, unread: Tensor, rng: torch.Generator) -> None:
+    """The proposals of the `unread` rows (P,) bool, at temperature 0 (`reads` leaves rows out only then), written into
+    the window's `ids` and `conf`: the same as reading them with the others, since a row's argmax and softmax do not
+    depend on the other rows, and nothing is drawn."""
+    rows = unread.nonzero().squeeze(-1)  # (R,)
+    if rows.numel():
+        ids, conf, _ = sampling.propose(window.logits[rows], 0.0, rng, window.mask_id, window.late_ids)
+        window.ids[rows], window.conf[rows] = ids, conf
 
 
 def gap(logits: Tensor) -> Tensor:
