@@ -279,3 +279,18 @@ def test_renoise_entropy_and_draw_are_torchs_own_bit_for_bit():
     for _ in range(3):  # the same draws, call after call: each consumes what torch.multinomial consumes
         assert torch.equal(multinomial_one(probs, mine), torch.multinomial(probs, 1, generator=theirs).squeeze(-1))
     assert torch.equal(mine.get_state(), theirs.get_state())
+
+
+@pytest.mark.parametrize("count", [0, 1, 777, 1 << 16, (1 << 16) + 1, 3 * (1 << 16) + 5])
+def test_skip_advances_the_generator_as_one_draw_does_with_a_buffer_of_its_own(count):
+    """`skip` draws its numbers a chunk at a time into one reused buffer: the generator ends where drawing `count`
+    64-bit numbers at once leaves it (so the next Exp(1) draws are the same), and no (count,) buffer is made."""
+    from dlmcode.decoders import renoise
+
+    ours, once = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    renoise.skip(ours, count)
+    torch.empty(count, dtype=torch.int64).random_(generator=once)
+    assert torch.equal(ours.get_state(), once.get_state())
+    after = torch.empty(50).exponential_(1, generator=ours), torch.empty(50).exponential_(1, generator=once)
+    assert torch.equal(*after)
+    assert renoise.SKIPPED.buffer.numel() == renoise.SKIP_CHUNK  # bounded, whatever the count
