@@ -235,15 +235,20 @@ class Lines:
 
     @functools.cached_property
     def futures(self) -> list[re.Match[str]]:
-        """The file's `__future__` import lines (read once: every candidate window asks)."""
-        return list(FUTURE.finditer(self.text))
+        """The file's `__future__` import lines (read once: every candidate window asks; a file without the word is
+        not read line by line)."""
+        return list(FUTURE.finditer(self.text)) if "__future__" in self.text else []
+
+    @functools.cached_property
+    def indents(self) -> list[int]:
+        """Each line's indentation, measured once: a window's walks read thousands of lines of a long class."""
+        return [len(line) - len(line.lstrip(" \t")) for line in self.lines]
 
     def line_of(self, offset: int) -> int:
         return bisect.bisect_right(self.starts, offset) - 1
 
     def indent(self, i: int) -> int:
-        line = self.lines[i]
-        return len(line) - len(line.lstrip(" \t"))
+        return self.indents[i]
 
     def lead(self, i: int) -> str:
         return self.lines[i][: self.indent(i)]
