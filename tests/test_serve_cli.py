@@ -51,6 +51,20 @@ def test_a_busy_port_is_one_line():
     assert f"dlmcode: error: cannot listen on 127.0.0.1:{port}" in r.output
 
 
+def test_the_socket_listens_before_the_address_line_is_printed():
+    """`started` below connects as soon as the address line is out: the socket the line stands for already listens,
+    so a connection waits in its backlog. It was only bound until uvicorn's startup called listen(), and a client
+    that came first was refused (a test failed so once under load)."""
+    from dlmcode import serve
+
+    sock = serve.listen("127.0.0.1", free_port())
+    try:
+        with socket.create_connection(sock.getsockname()[:2], timeout=5):
+            pass  # before: ConnectionRefusedError
+    finally:
+        sock.close()
+
+
 def started(proc: subprocess.Popen) -> str:
     """The server's stderr up to its address line, which it prints once its socket listens: from
     then on a connection waits in the backlog, so nothing needs to poll /health."""

@@ -27,6 +27,7 @@ __all__ = ["LOCAL", "Engine", "default_lang", "make_app", "run", "warning"]
 LOCAL = ("127.0.0.1", "localhost", "::1")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE = 2  # seconds open connections get to receive their answers once a stop is asked for
+BACKLOG = 2048  # connections waiting to be accepted (uvicorn's default)
 
 
 def default_lang(dlm: Dlm) -> str | None:
@@ -50,7 +51,7 @@ def run(engine: Engine, host: str, port: int, api_key: str | None) -> int | None
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE
     )
     server = stopping(uvicorn.Server)(config, app.state.server.queue)
-    sock = listen(host, port)
+    sock = listen(host, port, config.backlog)
     note = warning(host, api_key)
     if note:
         print(note, file=sys.stderr)
@@ -96,13 +97,16 @@ def stopping(base: type) -> type:
     return Stopping
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A bound socket, so that a port in use is one clear error before serving starts."""
+def listen(host: str, port: int, backlog: int = BACKLOG) -> socket.socket:
+    """A socket bound and listening, so that a port in use is one clear error before serving starts, and a client
+    that connects once the address line is printed waits in the backlog until the server accepts it (bound but not
+    yet listening, as the socket was until uvicorn's startup, it refused the connection)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(backlog)
     except OSError as err:
         sock.close()
         raise DlmcodeError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
