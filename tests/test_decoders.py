@@ -918,3 +918,19 @@ def test_prophet_at_temperature_0_proposes_the_other_blocks_only_once_settled(la
     for a, b in zip(ours, before, strict=True):
         assert torch.equal(a.filled, b.filled) and torch.equal(a.scores, b.scores)
         assert torch.equal(a.canvas.tokens, b.canvas.tokens)
+
+
+@pytest.mark.parametrize(
+    "where", [[3, 4, 5, 6], [0], [], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 4], [0, 9], [2, 3, 5, 6]]
+)
+def test_a_revising_decoder_s_rows_read_are_a_view_when_they_are_one_run(where):
+    """The rows a revising decoder reads (`Revising.reads`: the blocks so far, say) are cut out of the call's logits
+    as a view when they are one run of rows, and copied as indexing copies them otherwise: the same values."""
+    from dlmcode.decoders.base import rows_at
+
+    logits = torch.randn(10, 7, generator=torch.Generator().manual_seed(2))
+    index = torch.tensor(where, dtype=torch.long)
+    got = rows_at(logits, index)
+    assert torch.equal(got, logits[index])
+    one_run = len(where) > 0 and where[-1] - where[0] + 1 == len(where)
+    assert (got.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()) == one_run

@@ -389,7 +389,7 @@ def _window(
     read = decoder.reads(holes, current, upto)  # (P,) bool or None
     where = None if read is None or bool(read.all()) else read.nonzero().squeeze(-1)  # (R,) the rows proposed
     among = None if where is None else (len(span), where)  # the generator still advances for every row
-    picked = rows if where is None else rows[where]  # (R, V)
+    picked = rows if where is None else rows_at(rows, where)  # (R, V)
     ids, conf, soft = sampling.propose(picked, decoder.temperature, rng, canvas.mask_id, among=among)  # (R,), (R,)
     at = holes if where is None else holes[where]  # (R,)
     tokens = torch.where(at, ids, shown if where is None else shown[where])  # (R,) a hole's mask id may lie outside
@@ -402,6 +402,14 @@ def _window(
         ids = shown.clone().index_copy_(0, where, ids)  # (P,)
         conf, kept = spread(conf, where, len(span)), spread(kept, where, len(span))  # (P,) each
     return Window(rows, ids, conf, kept, holes, current, upto, block, calls, len(span), canvas.mask_id, canvas.late_ids)
+
+
+def rows_at(rows: Tensor, where: Tensor) -> Tensor:
+    """rows[where] for sorted `where`: a view when it is one run of rows (a decoder that reads the blocks so far), no
+    copy of (R, V); else the copy indexing makes."""
+    if where.numel() and int(where[-1]) - int(where[0]) + 1 == where.numel():
+        return rows[int(where[0]) : int(where[-1]) + 1]
+    return rows[where]
 
 
 def spread(values: Tensor, where: Tensor, n: int) -> Tensor:
