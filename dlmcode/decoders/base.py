@@ -405,9 +405,10 @@ def _window(
 
 
 def rows_at(rows: Tensor, where: Tensor) -> Tensor:
-    """rows[where] for sorted `where`: a view when it is one run of rows (a decoder that reads the blocks so far), no
-    copy of (R, V); else the copy indexing makes."""
-    if where.numel() and int(where[-1]) - int(where[0]) + 1 == where.numel():
+    """rows[where] for sorted `where`: on the CPU a view when it is one run of rows (a decoder that reads the blocks
+    so far), no copy of (R, V); else the copy indexing makes (on a GPU the copy is cheap and reading `where`'s ends
+    would wait for the device)."""
+    if rows.device.type == "cpu" and where.numel() and int(where[-1]) - int(where[0]) + 1 == where.numel():
         return rows[int(where[0]) : int(where[-1]) + 1]
     return rows[where]
 
