@@ -100,7 +100,7 @@ def test_the_window_answers_as_the_whole_file_does_on_clean_files(shipped):
 def test_a_window_is_the_method_under_its_classes_with_the_statement_after_it():
     text = (DATA / "sample.py").read_text()
     at = text.index("        if len(self.items)")  # in Stack.push
-    found = judge.python_windows(text, [(at, at)])[0]
+    found = next(judge.python_windows(text, [(at, at)]))
     start, stop, head, tail, level = found
     assert text[start:stop].startswith("    def push(self, item):") and text[stop:].startswith("    async def drain")
     assert head == "from __future__ import annotations\nclass _:\n    pass\n" and tail == "    pass\n" and level == 4

@@ -248,10 +248,10 @@ def typo_case(text: str, rnd: random.Random, above: bool) -> tuple[tuple[int, in
         if not lines[first].startswith("        ") or not lines[first].strip():
             continue  # a line inside a method's (or nested) body
         span = (first + 1, first + 3)
-        found = judge.python_windows(text, [(starts[first], starts[first + 3])])
-        if not found:
+        found = next(judge.python_windows(text, [(starts[first], starts[first + 3])]), None)
+        if found is None:
             continue
-        top, bottom = (bisect_line(starts, x) for x in found[0][:2])  # the function's lines
+        top, bottom = (bisect_line(starts, x) for x in found[:2])  # the function's lines
         pick = range(0, min(first - AWAY, top)) if above else range(max(first + 3 + AWAY, bottom + 1), len(lines) - 1)
         if len(pick):
             return span, rnd.choice(pick)

@@ -30,7 +30,7 @@ import functools
 import itertools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,8 +280,10 @@ class Lines:
         return i == 0 or not self.lines[i - 1].rstrip().endswith("\\")
 
 
-def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[int, int, str, str, int]]:
-    """Candidate windows (start, stop, head, tail, level) around `holes` in the user's code, smallest first."""
+def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> Iterator[tuple[int, int, str, str, int]]:
+    """Candidate windows (start, stop, head, tail, level) around `holes` in the user's code, smallest first, each
+    found when it is asked for: the first whose user's code parses is taken, and the walks to the larger ones (to
+    the end of a long class) are then not made."""
     lines = Lines(text)
     reaches = [lines.reach(a, b) for a, b in holes]
     first, last = min(r[0] for r in reaches), max(r[1] for r in reaches)
@@ -290,21 +292,28 @@ def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> list[tuple[in
     inner = [lines.indent(i) for i in range(first, last + 1) if lines.statement(i)]
     level = min(inner, default=ANY)  # holes in a string or blank lines: the statement above is the innermost block
     outer = enclosing(lines, first, level)[::-1]  # the blocks around the holes, outermost first
-    function = outermost_function(lines, outer)
-    levels = [function] if function is not None else []
-    if all(lines.word(h) == "class" for h in outer):  # the statements at the holes' own level, in a class
-        levels.append((level, outer))
-    levels.append((0, []))
-    # last: the function as it is once a line of the user's that heads no block (a typo at column 0 inside a class)
-    # is set aside; a window is still taken only where its own user's code parses outside the holes
-    past_typo = outermost_function(lines, enclosing(lines, first, level, True)[::-1])
-    levels += [past_typo] if past_typo is not None else []
-    out = []
-    for depth, classes in dict.fromkeys((d, tuple(c)) for d, c in levels):
+
+    def levels() -> Iterator[tuple[int, Sequence[int]]]:
+        function = outermost_function(lines, outer)
+        if function is not None:
+            yield function
+        if all(lines.word(h) == "class" for h in outer):  # the statements at the holes' own level, in a class
+            yield level, outer
+        yield 0, []
+        # last: the function as it is once a line of the user's that heads no block (a typo at column 0 inside a
+        # class) is set aside; a window is still taken only where its own user's code parses outside the holes
+        past_typo = outermost_function(lines, enclosing(lines, first, level, True)[::-1])
+        if past_typo is not None:
+            yield past_typo
+
+    tried = set()
+    for depth, classes in levels():
+        if (depth, tuple(classes)) in tried:
+            continue
+        tried.add((depth, tuple(classes)))
         found = window_at(lines, first, last, depth, classes)
         if found is not None:
-            out.append(found)
-    return out
+            yield found
 
 
 def outermost_function(lines: Lines, outer: Sequence[int]) -> tuple[int, Sequence[int]] | None:
