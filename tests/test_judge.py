@@ -283,3 +283,21 @@ def test_the_future_imports_read_once_are_those_above_each_line():
     assert judge.future_head(lines, lines.starts[3]) == (
         "from __future__ import annotations\nfrom __future__ import division  # x\n"
     )
+
+
+def test_lines_read_the_literals_only_as_far_as_asked_with_the_answers_of_a_whole_scan():
+    """`Lines.in_string` reads the file's literals lazily, as far as the line asked about: the same answer for every
+    line, asked in any order, as scanning the whole file first (strings over lines, a `#` and quotes inside them,
+    comments holding quotes, a string left open at the end)."""
+    texts = [
+        (STDLIB / "textwrap.py").read_text(encoding="utf-8"),
+        "x = 1\n\"\"\"a\n# not a comment\n''' still\n\"\"\"\ny = \"#\"  # ''' a comment\nz = '''\nopen to the end\n",
+    ]
+    for text in texts:
+        whole = [m.span() for m in judge.PY_LITERALS.finditer(text) if "\n" in m.group()]
+        expected = [any(a < start < b for a, b in whole) for start in judge.Lines(text).starts[:-1]]
+        order = list(range(len(expected)))
+        random.Random(5).shuffle(order)
+        lines = judge.Lines(text)
+        assert {i: lines.in_string(i) for i in order} == dict(enumerate(expected))
+        assert any(expected) and not all(expected)

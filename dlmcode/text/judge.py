@@ -230,8 +230,11 @@ class Lines:
     def __init__(self, text: str) -> None:
         self.text, self.lines = text, text.split("\n")
         self.starts = [0, *itertools.accumulate(len(line) + 1 for line in self.lines)]
-        strings = [m.span() for m in PY_LITERALS.finditer(text) if "\n" in m.group()]
-        self.string_starts, self.string_ends = [a for a, _ in strings], [b for _, b in strings]
+        self.literals = PY_LITERALS.finditer(text)  # read as far as `in_string` asks (a window near the top of a
+        # long file reads only its top)
+        self.read_to = 0  # every literal starting before this offset is read
+        self.string_starts: list[int] = []  # the multi-line literals read so far
+        self.string_ends: list[int] = []
 
     @functools.cached_property
     def futures(self) -> list[re.Match[str]]:
@@ -268,6 +271,15 @@ class Lines:
 
     def in_string(self, i: int) -> bool:
         at = self.starts[i]
+        while self.read_to < at:  # literals do not overlap: past the last one read, none starts before `read_to`
+            found = next(self.literals, None)
+            if found is None:
+                self.read_to = len(self.text) + 1
+                break
+            if "\n" in found.group():
+                self.string_starts.append(found.start())
+                self.string_ends.append(found.end())
+            self.read_to = found.end()
         k = bisect.bisect_left(self.string_starts, at) - 1
         return k >= 0 and self.string_ends[k] > at
 
