@@ -313,10 +313,9 @@ def cost_table(rows: list[CostRow]) -> Any:
 
     title = "guard per model call · share of one uncached forward, 512 tokens"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ("model", "file", "KB", "tok/call", "calls", "checks/call", "guard ms/call", "judge ms/call", "first ms")
-    columns += ("of fwd",)
-    columns += ("of fwd, CPU",)
-    for name in (*columns, "target", "unguarded"):
+    columns = ("model", "file", "KB", "tok/call", "calls", "checks/call", "guard ms/call", "judge ms/call")
+    columns += ("first ms", "of fwd", "of fwd, CPU", "target", "unguarded")
+    for name in columns:
         t.add_column(name, justify="left" if name in ("model", "file") else "right", no_wrap=True)
     for r in rows:
         t.add_row(
