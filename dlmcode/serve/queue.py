@@ -18,6 +18,7 @@ answered exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import threading
@@ -51,6 +52,26 @@ class Entry:
     cancel: threading.Event
     emit: Emit | None = None
     future: Future = field(default_factory=Future)
+
+
+def woken(future: Future) -> asyncio.Future[None]:
+    """An event-loop future that ends, with no value, once `future` (set in the scheduler's thread) has.
+    The answer or error is read from `future` itself, which never logs one left unread: an
+    asyncio.wrap_future copy would carry the error onto the loop, and log it as never retrieved
+    when its client left first (or the loop ended before a callback reading it could run)."""
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    def call(_: Future) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(wake)
+
+    future.add_done_callback(call)
+    return ended
 
 
 class Solo(Slot):
@@ -109,15 +130,15 @@ class Queue:
         """Decode `req` in turn; ClientGone when `gone()` says the client left before its answer.
         `emit` gets the fill's text as it becomes final (engine.run), in the decode's thread."""
         entry = Entry(req, threading.Event(), emit)
+        ended = woken(entry.future)
         self.put(entry)
-        future = asyncio.wrap_future(entry.future)
         self.waiting += 1
         self.cancels.add(entry.cancel)
         try:
             while True:
-                done, _ = await asyncio.wait({future}, timeout=POLL)
-                if done:
-                    answer = future.result()
+                await asyncio.wait({ended}, timeout=POLL)
+                if ended.done():
+                    answer = entry.future.result()
                     self.counters.answered += 1
                     return answer
                 if gone is not None and await gone():
@@ -132,9 +153,6 @@ class Queue:
         finally:
             self.waiting -= 1
             self.cancels.discard(entry.cancel)
-            future.add_done_callback(
-                lambda f: f.cancelled() or f.exception()
-            )  # a cancelled one's error: read, never logged
 
     def put(self, entry: Entry) -> None:
         with self.cond:
