@@ -78,6 +78,22 @@ def test_log_probs_is_float64_log_softmax():
     assert torch.allclose(out.exp().sum(-1), torch.ones(1, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_proposals_score_with_the_references_softmax_bit_for_bit(dtype):
+    """LLaDA's and Fast-dLLM's generate score x0_p from F.softmax(logits.to(float64)): propose's confidences
+    and readings are those very numbers, not the same up to rounding (ties in confidence order commits)."""
+    g = gen(7)
+    logits = (torch.randn(33, 4099, generator=g) * 6).to(dtype)
+    logits[3, :100] = -INF  # impossible tokens, as a family's schedule or a banned id leaves them
+    logits[5, 17] = logits[5].max()  # a tie for the argmax: the first wins, as torch.argmax picks it
+    want = torch.softmax(logits.to(torch.float64), dim=-1)  # (H, V)
+    ids, conf, soft = sampling.propose(logits, 0.0, gen(0), mask_id=4098)
+    assert torch.equal(ids, logits.argmax(-1))
+    assert torch.equal(conf, want.gather(-1, ids[:, None]).squeeze(-1))
+    other = torch.randint(0, 4099, (33,), generator=g)
+    assert torch.equal(soft.probability(other), want.gather(-1, other[:, None]).squeeze(-1))
+
+
 def test_confidence_is_the_probability_of_the_proposed_token():
     logits = probs_to_logits([0.5, 0.3, 0.2], [0.1, 0.6, 0.3])
     conf = sampling.confidence(logits, torch.tensor([2, 1]))
