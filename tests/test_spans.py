@@ -424,6 +424,42 @@ def test_window_respects_context_and_splices_the_whole_file(bpe, context):
     assert filled.span_lines == [(40, 42)]
 
 
+@pytest.mark.parametrize("budget", [1, 17, 60, 200, 5000])
+def test_window_tokenizes_lines_only_as_far_as_the_budget_reaches(bpe, budget):
+    """fit_window counts the lines nearest the holes only until they pass the budget, and tokenizes the larger side
+    whole only when the smaller fits: the same window as when every line of the file is counted, and a few hundred
+    encodes where the file has thousands of lines."""
+    from dlmcode.text import windows
+
+    class Counting:
+        def __init__(self) -> None:
+            self.calls = self.chars = 0
+
+        def encode(self, text: str) -> list[int]:
+            self.calls, self.chars = self.calls + 1, self.chars + len(text)
+            return bpe.encode(text)
+
+    def every_line(head: str, tail: str) -> tuple[int, int]:  # the lines counted before: every one of them
+        full = lambda lines, b, t: [len(t.encode(x)) for x in lines]  # noqa: E731
+        real = windows._costs
+        windows._costs = full
+        try:
+            return windows.fit_window(head, tail, budget, bpe)
+        finally:
+            windows._costs = real
+
+    text = "\n".join(_corpus() * 8) + "\n"  # 2,400 lines
+    for cut in (0, 301, len(text) // 2, len(text) - 7, len(text)):
+        head, tail = text[:cut], text[cut:]
+        counting = Counting()
+        assert windows.fit_window(head, tail, budget, counting) == every_line(head, tail)
+        if budget < 5000:  # the file does not fit: lines are counted, as far as the budget reaches
+            assert counting.calls <= 2 * budget + 40, counting.calls
+            # and the larger side is never tokenized whole when the smaller is already past the budget
+            if cut == len(text) // 2:
+                assert counting.chars < len(text), counting.chars
+
+
 def test_window_is_about_symmetric(bpe):
     plan = plan_infill(LONG, Vocab(bpe, MASK, 120), (50, 50), None)
     start, end = plan.window

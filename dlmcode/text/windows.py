@@ -29,10 +29,9 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
     most = budget * MAX_TOKEN_CHARS
     before, after = _nearest(_split_lines(head)[::-1], most), _nearest(_split_lines(tail), most)  # nearest first
     near_head, near_tail = "".join(before[::-1]), "".join(after)
-    if len(tokenizer.encode(near_head)) + len(tokenizer.encode(near_tail)) <= budget:
+    if _within(sorted((near_head, near_tail), key=len), budget, tokenizer):
         return len(head) - len(near_head), len(near_tail)
-    cost_b = [len(tokenizer.encode(line)) for line in before]
-    cost_a = [len(tokenizer.encode(line)) for line in after]
+    cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
     nb = _fits(cost_b, budget // 2)
     na = _fits(cost_a, budget - sum(cost_b[:nb]))
     nb = _fits(cost_b, budget - sum(cost_a[:na]))
@@ -45,6 +44,30 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
             nb -= 1
         else:
             na -= 1
+
+
+def _within(texts: list[str], budget: int, tokenizer: Tokenizer) -> bool:
+    """Whether `texts` together take at most `budget` tokens: tokenized in turn (the shortest first), and the rest
+    left alone once the budget is passed (the file's larger side, when its other side alone is past it)."""
+    used = 0
+    for text in texts:
+        used += len(tokenizer.encode(text))
+        if used > budget:
+            return False
+    return True
+
+
+def _costs(lines: list[str], budget: int, tokenizer: Tokenizer) -> list[int]:
+    """Token counts of the leading `lines` until they add up to more than `budget` (or the lines run out): every
+    `_fits` below asks for at most `budget`, and stops at the first line past it, so the lines after that one are
+    never read. A 229 KB file's thousands of lines cost the window's few hundred tokens, not an encode each."""
+    costs, total = [], 0
+    for line in lines:
+        costs.append(len(tokenizer.encode(line)))
+        total += costs[-1]
+        if total > budget:
+            break
+    return costs
 
 
 def _nearest(lines: list[str], most: int) -> list[str]:
