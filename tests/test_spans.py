@@ -460,6 +460,46 @@ def test_window_tokenizes_lines_only_as_far_as_the_budget_reaches(bpe, budget):
                 assert counting.chars < len(text), counting.chars
 
 
+def test_a_tokenizer_whose_lines_add_up_is_never_run_on_the_whole_file():
+    """The built-in tokenizer ends a token at every newline, so a window's tokens are its lines': fit_window counts
+    lines only, and gives the windows the generic path (whole-text encodes) gives; a lone carriage return, or a
+    tokenizer that does not say so, takes the generic path."""
+    import random
+    import sysconfig
+    from pathlib import Path
+
+    from dlmcode import models
+    from dlmcode.text import windows
+
+    shipped = models.load().tokenizer
+    assert shipped.lines_add_up
+
+    class Generic:  # the same tokenizer, without the claim
+        encode = staticmethod(shipped.encode)
+
+    class Counting:
+        lines_add_up = True
+
+        def __init__(self) -> None:
+            self.longest = 0
+
+        def encode(self, text: str) -> list[int]:
+            self.longest = max(self.longest, len(text))
+            return shipped.encode(text)
+
+    rnd = random.Random(5)
+    for name in ("queue.py", "pathlib.py"):
+        text = (Path(sysconfig.get_paths()["stdlib"]) / name).read_text(encoding="utf-8")
+        for _ in range(6):
+            cut, budget = rnd.randrange(len(text)), rnd.choice([40, 200, 448, 4000])
+            head, tail = text[:cut], text[cut + rnd.randrange(30) :]
+            counting = Counting()
+            assert windows.fit_window(head, tail, budget, counting) == windows.fit_window(head, tail, budget, Generic())
+            assert counting.longest < max(len(head), len(tail)) or len(shipped.encode(text)) <= budget
+    assert not windows._lines_add_up(Counting(), "a = 1\rb = 2\n") and windows._lines_add_up(Counting(), "a\r\nb\n")
+    assert not windows._lines_add_up(Generic(), "a = 1\n")
+
+
 def test_window_is_about_symmetric(bpe):
     plan = plan_infill(LONG, Vocab(bpe, MASK, 120), (50, 50), None)
     start, end = plan.window

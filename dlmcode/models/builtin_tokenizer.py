@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 from ..core.errors import ModelError
@@ -33,6 +35,15 @@ class BuiltinTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
+
+    @functools.cached_property
+    def lines_add_up(self) -> bool:
+        """Whether no token crosses a newline, so that encode(a + b) == encode(a) + encode(b) whenever a ends with
+        one: true of the pre-tokenizer `new_tokenizer` makes, with no normalizer (windows.fit_window then counts a
+        window's tokens line by line, without tokenizing the file whole). A folder's own tokenizer.json may differ."""
+        made = json.loads(new_tokenizer().to_str())
+        mine = json.loads(self.tok.to_str())
+        return mine.get("normalizer") is None and mine.get("pre_tokenizer") == made["pre_tokenizer"]
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=True)

@@ -24,14 +24,23 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
     the other side leaves. Per-line counts guide the choice; the joined text is re-tokenised
     to check it, because counts of separately tokenised lines do not add up exactly. Lines
     too far to fit even at MAX_TOKEN_CHARS a token are never tokenised: an 8 MiB file costs
-    the window's tokens, not the file's (2.4 GB and 47 s to tokenise `x = 1 + 1 + ...`).
+    the window's tokens, not the file's (2.4 GB and 47 s to tokenise `x = 1 + 1 + ...`). Where the
+    tokenizer's lines add up (`_lines_add_up`: the built-in one), the lines' counts are exact and the
+    text is never tokenized whole.
     """
     most = budget * MAX_TOKEN_CHARS
     before, after = _nearest(_split_lines(head)[::-1], most), _nearest(_split_lines(tail), most)  # nearest first
     near_head, near_tail = "".join(before[::-1]), "".join(after)
-    if _within(sorted((near_head, near_tail), key=len), budget, tokenizer):
+    cost_b = cost_a = None
+    if _lines_add_up(tokenizer, near_head, near_tail):  # its lines' counts are the text's: no whole-text encode
+        cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
+        fits = len(cost_b) == len(before) and len(cost_a) == len(after) and sum(cost_b) + sum(cost_a) <= budget
+    else:
+        fits = _within(sorted((near_head, near_tail), key=len), budget, tokenizer)
+    if fits:
         return len(head) - len(near_head), len(near_tail)
-    cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
+    if cost_b is None or cost_a is None:
+        cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
     nb = _fits(cost_b, budget // 2)
     na = _fits(cost_a, budget - sum(cost_b[:nb]))
     nb = _fits(cost_b, budget - sum(cost_a[:na]))
@@ -44,6 +53,12 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
             nb -= 1
         else:
             na -= 1
+
+
+def _lines_add_up(tokenizer: Tokenizer, *texts: str) -> bool:
+    """Whether `texts`' tokens are their lines' tokens: the tokenizer says no token crosses a newline
+    (models/builtin_tokenizer.py), and no line of theirs ends in a lone carriage return."""
+    return bool(getattr(tokenizer, "lines_add_up", False)) and all(t.count("\r") == t.count("\r\n") for t in texts)
 
 
 def _within(texts: list[str], budget: int, tokenizer: Tokenizer) -> bool:
