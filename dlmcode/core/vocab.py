@@ -12,6 +12,9 @@ from typing import Protocol
 
 
 class Tokenizer(Protocol):
+    """encode and decode. One may also say `lines_add_up = True`: no token of it crosses a newline, so a text's
+    tokens are its lines' (the built-in tokenizer; text/windows.py then never tokenizes a file whole)."""
+
     def encode(self, text: str) -> list[int]: ...  # no special tokens added
 
     def decode(self, ids: list[int]) -> str: ...  # special tokens kept out by the caller
