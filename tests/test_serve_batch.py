@@ -9,7 +9,6 @@ import asyncio
 import gc
 import logging
 import threading
-import time
 
 import pytest
 from starlette.testclient import TestClient
@@ -149,9 +148,10 @@ def test_an_answer_handed_over_as_the_loop_stops_is_never_logged_as_unread(caplo
     logged by asyncio as "Future exception was never retrieved" (CI's flaky test_serve_round3)."""
     dlm, _ = tiny_dlm(PREFIX, SCRIPT)
     engine = Engine(dlm, batch=1)
-    go = threading.Event()
+    started, go = threading.Event(), threading.Event()
 
     def failing(req, *args):
+        started.set()
         go.wait(30)
         raise BadRequest("this one is refused")
 
@@ -160,16 +160,14 @@ def test_an_answer_handed_over_as_the_loop_stops_is_never_logged_as_unread(caplo
     loop = asyncio.new_event_loop()
     with caplog.at_level(logging.ERROR):
         task = loop.create_task(queue.answer(Fill(PREFIX, SUFFIX, ceiling=16)))
-        loop.run_until_complete(asyncio.sleep(0.05))  # queued and decoding, held in `failing`
+        assert loop.run_until_complete(loop.run_in_executor(None, started.wait, 30))  # decoding, held in `failing`
+        scheduler = queue.thread
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             loop.run_until_complete(task)
         go.set()
-        for _ in range(1000):  # the scheduler hands the error over, then ends
-            if queue.thread is None:
-                break
-            time.sleep(0.01)
-        assert queue.thread is None and queue.counters.cancelled == 1
+        scheduler.join(30)  # the scheduler hands the error over, then ends
+        assert not scheduler.is_alive() and queue.thread is None and queue.counters.cancelled == 1
         loop.call_soon(loop.stop)  # one turn: what the hand-over scheduled runs, nothing it schedules in turn
         loop.run_forever()
         loop.close()

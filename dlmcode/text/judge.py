@@ -320,9 +320,9 @@ def python_windows(text: str, holes: Sequence[tuple[int, int]]) -> Iterator[tupl
 
     tried = set()
     for depth, classes in levels():
-        if (depth, tuple(classes)) in tried:
+        if (key := (depth, tuple(classes))) in tried:
             continue
-        tried.add((depth, tuple(classes)))
+        tried.add(key)
         found = window_at(lines, first, last, depth, classes)
         if found is not None:
             yield found

@@ -31,16 +31,12 @@ def fit_window(head: str, tail: str, budget: int, tokenizer: Tokenizer) -> tuple
     most = budget * MAX_TOKEN_CHARS
     before, after = _nearest(_split_lines(head)[::-1], most), _nearest(_split_lines(tail), most)  # nearest first
     near_head, near_tail = "".join(before[::-1]), "".join(after)
-    cost_b = cost_a = None
-    if _lines_add_up(tokenizer, near_head, near_tail):  # its lines' counts are the text's: no whole-text encode
-        cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
-        fits = len(cost_b) == len(before) and len(cost_a) == len(after) and sum(cost_b) + sum(cost_a) <= budget
-    else:
-        fits = _within(sorted((near_head, near_tail), key=len), budget, tokenizer)
-    if fits:
+    exact = _lines_add_up(tokenizer, near_head, near_tail)  # its lines' counts are the text's: no whole-text encode
+    if not exact and _within(sorted((near_head, near_tail), key=len), budget, tokenizer):
         return len(head) - len(near_head), len(near_tail)
-    if cost_b is None or cost_a is None:
-        cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
+    cost_b, cost_a = _costs(before, budget, tokenizer), _costs(after, budget, tokenizer)
+    if exact and len(cost_b) == len(before) and len(cost_a) == len(after) and sum(cost_b) + sum(cost_a) <= budget:
+        return len(head) - len(near_head), len(near_tail)
     nb = _fits(cost_b, budget // 2)
     na = _fits(cost_a, budget - sum(cost_b[:nb]))
     nb = _fits(cost_b, budget - sum(cost_a[:na]))
