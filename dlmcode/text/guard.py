@@ -327,7 +327,8 @@ class Session(Search):
         own = self.drafted.tolist() if self.drafted is not None else [None] * len(ids)
         text = lambda t: self.ends[t] if t in self.ends else self.ends.setdefault(t, decode([t]))  # noqa: E731
         free = (~self.held).nonzero().squeeze(-1).tolist()
-        for p in [p for p in free if self.escape(ids[p]) and ids[p] != own[p]]:
+        escape = self.guard.fit.escape  # bound once: this is read at every check, for every hole left
+        for p in [p for p in free if ids[p] != own[p] and escape(ids[p])]:
             mark = text(ids[p])
             close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
             if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
