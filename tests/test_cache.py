@@ -522,6 +522,30 @@ def test_a_cache_without_block_decoding_still_caches_the_context_around_the_hole
 GUARD_FILES: dict = {}
 
 
+def test_speed_prompt_is_the_first_tokens_of_the_whole_text_read_from_a_prefix(tiny_dlm):
+    import sysconfig
+    from pathlib import Path
+
+    from dlmcode.bench.speed import timed
+
+    text = (Path(sysconfig.get_paths()["stdlib"]) / "queue.py").read_text(encoding="utf-8")
+    text += "ünïcödé = '日本語'  # ✓\r\n\tx = [\n" * 300  # cuts inside CRLF, tabs, non-ASCII, open brackets
+    for tokenizer in (tiny_dlm.tokenizer, models.load().tokenizer):
+        whole = tokenizer.encode(text)
+        for count in (1, 7, 100, 999, len(whole) - 1, len(whole), len(whole) + 50):
+            read: list[int] = []
+
+            def encode(part: str, read=read, tokenizer=tokenizer) -> list[int]:
+                read.append(len(part))
+                return tokenizer.encode(part)
+
+            assert timed.first_tokens(encode, text, count) == whole[:count], count
+            if count <= 100:
+                assert max(read) < len(text) // 10  # never the whole text for a short prompt
+    short = timed.prompt_ids(tiny_dlm, 40)
+    assert len(short) == 40 and short[1:] == tiny_dlm.tokenizer.encode(timed.source()[:2000])[:39]
+
+
 def test_speed_times_the_guard_per_call_when_asked(tiny_dlm):
     import json
 
