@@ -148,8 +148,9 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
     for number, positions in enumerate(runs):
         step, owed, size = 0, EMPTY, span_of(canvas, positions)
         schedule = decoder.steps_for(len(positions), number, len(runs))
-        while bool(canvas.holes[positions].any()):
-            active = positions[canvas.holes[positions]]  # (H,)
+        open_ = canvas.holes[positions]  # (n,) which of the block's positions are holes, read once a call
+        while bool(open_.any()):
+            active = positions[open_]  # (H,)
             logits = read_rows(predict, canvas, active, gate is not None)  # (H, V); guarded: every hole's, by position
             calls += 1
             if gate is not None and step >= schedule:
@@ -165,6 +166,7 @@ def blockwise(decoder: BaseDecoder, canvas: Canvas, predict: Predict, rng: torch
                     gate, canvas, logits, pos, ids, scores, owed, decoder.temperature, rng
                 )
             canvas = canvas.fill(pos, ids)
+            open_ = canvas.holes[positions]
             yield Step(index, canvas, pos, scores, calls, {"block": number})
             index += 1
             step += 1

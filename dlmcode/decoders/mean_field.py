@@ -9,6 +9,7 @@ choice the digests leave open is a setting below, marked as ours.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -85,8 +86,9 @@ def select(
     if late is not None:
         c = c.masked_fill(late, -math.inf)
     d = pairwise_top(logp, top.indices[:, :support]) if pooled else pairwise(logp.exp())  # (H, H)
-    if normalize == "max" and d.numel() and d.max() > 0:
-        d = d / d.max()  # S6: D / max_{i != j} D_ij; UNVERIFIED against the paper
+    peak = d.max() if normalize == "max" and d.numel() else None
+    if peak is not None and peak > 0:
+        d = d / peak  # S6: D / max_{i != j} D_ij; UNVERIFIED against the paper
     q = iterate(c, d, iterations, init)  # (H,)
     keep = q >= tau  # (H,)
     keep[q.argmax()] = True  # the paper leaves an empty set open; S6 commits argmax q (our choice too)
@@ -104,7 +106,7 @@ def pairwise_top(logp: Tensor, top: Tensor) -> Tensor:
     """
     h, k = top.shape
     d = torch.zeros(h, h, dtype=logp.dtype, device=logp.device)  # (H, H)
-    i, j = torch.triu_indices(h, h, offset=1, device=logp.device)  # (P,), (P,)
+    i, j = pairs(h, logp.device)  # (P,), (P,)
     if not len(i):
         return d
     # Each row's probabilities at every row's tops, read and exponentiated once: probs[a, b] = p_a(top[b]) (H, H, k),
@@ -125,10 +127,17 @@ def pairwise_top(logp: Tensor, top: Tensor) -> Tensor:
     return d
 
 
+@functools.lru_cache(maxsize=64)
+def pairs(h: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(P,), (P,): the pairs i < j of `h` rows, made once per size (a call's operations cost more than their
+    arithmetic here: docs/speed.md); read only, as indices."""
+    i, j = torch.triu_indices(h, h, offset=1, device=device)
+    return i, j
+
+
 def iterate(c: Tensor, d: Tensor, iterations: int, init: str) -> Tensor:
     """R Jacobi mean-field updates q <- sigmoid(c - D q) from the chosen start."""
-    start = {"sigmoid": torch.sigmoid(c), "zero": torch.zeros_like(c), "half": torch.full_like(c, 0.5)}
-    q = start[init]  # (H,)
+    q = torch.sigmoid(c) if init == "sigmoid" else torch.full_like(c, 0.0 if init == "zero" else 0.5)  # (H,)
     for _ in range(iterations):
         q = torch.sigmoid(c - d @ q)  # (H,)
     return q
@@ -142,7 +151,7 @@ def pairwise(probs: Tensor, buffer: int = BUFFER) -> Tensor:
     """
     h = len(probs)
     d = torch.zeros(h, h, dtype=probs.dtype, device=probs.device)  # (H, H)
-    i, j = torch.triu_indices(h, h, offset=1, device=probs.device)  # (P,), (P,)
+    i, j = pairs(h, probs.device)  # (P,), (P,)
     if len(i):
         d[i, j] = d[j, i] = torch.cat([overlaps(probs, a, b) for a, b in chunks(i, j, probs.shape[-1], buffer)])
     return d

@@ -53,14 +53,14 @@ class Saber(Remasking):
 
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         seen = window.conf.masked_fill(~window.upto, float("-inf"))  # (P,)
-        last = memory.get("last", torch.zeros_like(seen))  # (P,)
+        last = memory["last"] if "last" in memory else torch.zeros_like(seen)  # (P,)
         drop = torch.where(
             seen.isfinite() & last.isfinite(), seen - last, float("inf")
         )  # (P,) change since the last call
         memory["last"] = seen
-        final = memory.setdefault(
-            "final", torch.full_like(seen, float("-inf"))
-        )  # (P,) confidence each position was last committed with
+        if "final" not in memory:  # (P,) confidence each position was last committed with
+            memory["final"] = torch.full_like(seen, float("-inf"))
+        final = memory["final"]
         commit = self.accelerate(seen, final, window.holes & window.upto)
         final[commit] = seen[commit]
         left = window.holes & window.upto  # (P,)
