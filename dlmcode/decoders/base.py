@@ -331,12 +331,12 @@ def revising(decoder: Revising, canvas: Canvas, predict: Predict, rng: torch.Gen
         upto, current, step = rank <= number, rank == number, 0  # (P,) bool each
         if canvas.blocks:  # a block family's finished blocks are final (in its exact cache): take back only here
             upto = current
-        while bool(canvas.holes[span][upto].any()):
+        while bool((open_ := canvas.holes[span])[upto].any()):  # (P,) which writable positions are holes
             logits = logits_at(predict, canvas.tokens, span) if gate is None else with_holes(predict, canvas, span)
             calls += 1
             block = BlockState(number, len(runs), len(positions), step)
             rows = logits if gate is None else logits[span.to(logits.device)]  # (P, V); guarded: by position
-            window = _window(canvas, span, rows, decoder, rng, current, upto, block, calls)
+            window = _window(canvas, span, open_, rows, decoder, rng, current, upto, block, calls)
             revision = decoder.revise(window, memory, rng)
             commit, scores, reopen = _checked(revision, window, budget)
             ids = window.ids[commit].to(span.device)
@@ -377,6 +377,7 @@ def given_back(gate: Gate, before: Canvas, span: Tensor, reopen: Tensor, commits
 def _window(
     canvas: Canvas,
     span: Tensor,
+    holes: Tensor,
     rows: Tensor,
     decoder: Revising,
     rng: torch.Generator,
@@ -385,8 +386,8 @@ def _window(
     block: BlockState,
     calls: int,
 ) -> Window:
-    device = rows.device  # rows: (P, V) the logits of the span
-    holes, current, upto = canvas.holes[span].to(device), current.to(device), upto.to(device)  # (P,) each
+    device = rows.device  # rows: (P, V) the logits of the span; holes: (P,) which of its positions are holes
+    holes, current, upto = holes.to(device), current.to(device), upto.to(device)  # (P,) each
     shown = canvas.tokens[span].to(device)  # (P,)
     read = decoder.reads(holes, current, upto)  # (P,) bool or None
     where = None if read is None or bool(read.all()) else read.nonzero().squeeze(-1)  # (R,) the rows proposed
