@@ -623,6 +623,48 @@ def test_a_comment_start_the_model_itself_puts_there_holds_its_tokens_after_it(s
     assert (3, equals) not in set(zip(pos, ids, strict=True)) and job.guarding.judge(witness) == 0
 
 
+def test_proposals_the_witness_holds_are_admitted_with_no_check_and_no_draft(shipped, monkeypatch):
+    # beside a model that is right, most calls propose the witness's own tokens: no check, and the draft (an argmax
+    # over every hole's row) is not read; a proposal the witness does not hold goes through the search as before
+    job = job_for(shipped, "x = ⟦fill:4⟧\ny = 2\n")
+    session = job.decoder.completer.begin(job.plan.canvas.tokens)
+    witness, canvas, start = session.witness.clone(), job.plan.canvas.tokens, job.plan.positions[0].start
+    drafts = []
+    real = session.draft
+    monkeypatch.setattr(session, "draft", lambda *a: drafts.append(1) or real(*a))
+    logits = torch.zeros(len(canvas), 4096)
+    checks = session.stats.checks
+    at = torch.tensor([start + 2, start])
+    pos, ids, scores = session.admit(canvas, logits, at, witness[at], torch.tensor([0.3, 0.9]))
+    assert pos.tolist() == [start, start + 2] and ids.tolist() == witness[[start, start + 2]].tolist()  # surest first
+    assert scores.tolist() == pytest.approx([0.9, 0.3]) and torch.equal(session.witness, witness)
+    assert session.stats.checks == checks and drafts == []
+    seven, eight = (guard.single_token(shipped.tokenizer, t) for t in (" 7", " 8"))
+    other = seven if int(witness[start]) != seven else eight  # a token the witness does not hold there
+    session.admit(canvas, logits, torch.tensor([start]), torch.tensor([other]), torch.tensor([0.5]))
+    assert drafts == [1]
+
+
+def test_a_witness_comment_that_hides_a_proposal_is_searched_even_when_the_witness_holds_it(shipped, monkeypatch):
+    # the witness holds a filler's ` #` and ` =` after it on its line: ` =` proposed there is its own token, but only
+    # its comment holds it, so the call searches (reads its draft) and, with a draft that has no comment there,
+    # turns it away
+    job = job_for(shipped, "x = ⟦fill:4⟧\ny = 2\n")
+    session = job.decoder.completer.begin(job.plan.canvas.tokens)
+    session.witness = partial(shipped, job, {0: " 1", 1: " #", 2: " =", 3: " ="})
+    start, equals = job.plan.positions[0].start, guard.single_token(shipped.tokenizer, " =")
+    drafts = []
+    real = session.draft
+    monkeypatch.setattr(session, "draft", lambda *a: drafts.append(1) or real(*a))
+    drafted = partial(shipped, job, {0: " 1", 1: " +", 2: " 2", 3: " ="})
+    logits = torch.full((len(drafted), 4096), -10.0)
+    logits[torch.arange(len(drafted)), drafted] = 5.0
+    pos, ids, _ = session.admit(
+        job.plan.canvas.tokens, logits, torch.tensor([start + 3]), torch.tensor([equals]), torch.tensor([0.9])
+    )
+    assert drafts == [1] and (start + 3, equals) not in set(zip(pos.tolist(), ids.tolist(), strict=True))
+
+
 def test_the_witness_s_own_token_inside_its_comment_is_not_admitted_unsearched(shipped):
     # the witness holds a filler's ` #` and then ` =` on the same line; ` =` proposed there is the witness's own
     # token, which the guard used to admit without a check (the comment start was left for a later call to commit)
