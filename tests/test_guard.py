@@ -298,6 +298,7 @@ def partial(shipped, job: fill.Job, pieces: dict[int, str]) -> torch.Tensor:
 
 
 def completable(job: fill.Job, tokens: torch.Tensor) -> bool:
+    assert job.decoder.completer.witness is not None  # the first search, run now (a decode runs it when it needs it)
     session = job.decoder.completer.begin(job.plan.canvas.tokens)
     changed = (tokens != job.plan.canvas.tokens).nonzero().squeeze(-1)
     draft = torch.where(
@@ -627,8 +628,9 @@ def test_proposals_the_witness_holds_are_admitted_with_no_check_and_no_draft(shi
     # beside a model that is right, most calls propose the witness's own tokens: no check, and the draft (an argmax
     # over every hole's row) is not read; a proposal the witness does not hold goes through the search as before
     job = job_for(shipped, "x = ⟦fill:4⟧\ny = 2\n")
+    witness = job.decoder.completer.witness.clone()  # the first search, run before the decode
     session = job.decoder.completer.begin(job.plan.canvas.tokens)
-    witness, canvas, start = session.witness.clone(), job.plan.canvas.tokens, job.plan.positions[0].start
+    canvas, start = job.plan.canvas.tokens, job.plan.positions[0].start
     drafts = []
     real = session.draft
     monkeypatch.setattr(session, "draft", lambda *a: drafts.append(1) or real(*a))
@@ -643,6 +645,42 @@ def test_proposals_the_witness_holds_are_admitted_with_no_check_and_no_draft(shi
     other = seven if int(witness[start]) != seven else eight  # a token the witness does not hold there
     session.admit(canvas, logits, torch.tensor([start]), torch.tensor([other]), torch.tensor([0.5]))
     assert drafts == [1]
+
+
+def test_a_first_draft_that_parses_is_the_witness_and_the_fillers_are_never_searched(shipped):
+    # the first witness search (fillers for every hole of the plan) runs only when a call needs it: a model whose
+    # first draft parses decodes guarded without it; one whose draft does not parse gets it at its first call
+    one, close = (guard.single_token(shipped.tokenizer, t) for t in (" 1", ")"))
+
+    def decode(token: int) -> tuple[fill.Job, dict]:
+        job = job_for(shipped, "x = ⟦fill:1⟧\ny = 2\n")
+
+        def predict(tokens):
+            logits = torch.zeros(len(tokens), 4096)
+            logits[:, token] = 9.0
+            return logits
+
+        job.dlm = dataclasses.replace(job.dlm, predict=predict)
+        return job, job.run().guard
+
+    job, stats = decode(one)  # `x =  1` parses: the first call's draft is a witness
+    assert job.decoder.completer.search is not None and job.decoder.completer.found is None  # never run
+    assert stats["guard_first_seconds"] == 0.0 and stats["guard_checks"] <= 3
+    job, stats = decode(close)  # `x = )`: the draft does not parse, the fillers' search runs in the first call
+    assert job.decoder.completer.search is None and job.decoder.completer.found is not None
+    assert stats["guard_first_seconds"] > 0 and not stats["guard_gave_up"]
+
+
+def test_an_early_end_before_any_call_runs_the_first_search_and_ends_on_its_witness(shipped):
+    job = job_for(shipped, "x = ⟦fill:2⟧\ny = 2\n")
+    canvas = job.plan.canvas.tokens
+    job.decoder.completer.begin(canvas)
+    close = guard.single_token(shipped.tokenizer, ")")
+    ids = job.guarding.ending(canvas, torch.full((2,), close))  # the server's time ran out before the first call
+    filled = canvas.clone()
+    filled[canvas == job.plan.canvas.mask_id] = ids
+    assert job.guarding.judge(filled) == 0 and job.guarding.rest == "witness"
+    assert job.decoder.completer.search is None and job.decoder.completer.last.first > 0
 
 
 def test_a_witness_comment_that_hides_a_proposal_is_searched_even_when_the_witness_holds_it(shipped, monkeypatch):

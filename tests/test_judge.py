@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -216,18 +217,27 @@ def test_guarded_fills_beside_a_typo_compile_once_it_is_fixed(shipped):
 
 def test_every_second_of_the_guard_is_counted_the_first_search_included(shipped):
     run = RunSettings(decoder="low-confidence", options={"guard": "true", "tokens_per_step": "2"}, lang="python")
-    job = fill.infill_job((DATA / "sample.py").read_text(), (34, 36), shipped, run)
-    first = job.decoder.completer.first  # the search before the first call, which no session sees
-    assert first is not None and first.checks >= 1 and first.seconds > 0
-    result = job.run()
+    source = (DATA / "sample.py").read_text()
+    job = fill.infill_job(source, (34, 36), shipped, run)
+    assert job.decoder.completer.first is None  # no search at the job's build: the first call that needs it runs it
+    result = job.run()  # the built-in model's first draft here is no witness: the search ran in the first call
     stats = result.guard
-    assert stats["guard_first_seconds"] == round(first.seconds, 6)
+    assert 0 < stats["guard_first_seconds"] < stats["guard_seconds"]  # and every admission after it
     assert 0 < stats["guard_cpu_seconds"]  # the same time, in the decoding thread's CPU clock
-    assert stats["guard_seconds"] > stats["guard_first_seconds"]  # and every admission after it
-    assert stats["guard_checks"] > first.checks
     assert result.seconds > stats["guard_seconds"]  # the result's seconds hold the first search too
     again = job.run()  # the same job decoded again: the search was paid once
     assert again.guard["guard_first_seconds"] == 0.0
+
+    ahead = fill.infill_job(source, (34, 36), shipped, run)
+    assert ahead.decoder.completer.witness is not None  # read before decoding: the search runs now
+    first = ahead.decoder.completer.first
+    assert first is not None and first.checks >= 1 and first.seconds > 0
+    began = time.perf_counter()
+    result = ahead.run()
+    took = time.perf_counter() - began
+    assert result.guard["guard_first_seconds"] == round(first.seconds, 6)  # the decode that follows counts it
+    assert result.guard["guard_checks"] > first.checks
+    assert result.seconds > took  # and its result's seconds hold it, though it ran before the decode began
 
 
 TWO_TRIES = """import sys

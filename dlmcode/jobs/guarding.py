@@ -82,35 +82,37 @@ class JobGuard:
         if why is not None:
             self.job.notes.append(f"guard: {why}; decoding unguarded")
             return dataclasses.replace(decoder, completer=None)
-        began, cpu = time.perf_counter(), time.thread_time()  # the first search is the guard's time too (Stats.first)
         plan = self.job.plan
-        fit = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank())
         every = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank(), rare=True)  # the calls' too
+        fresh = not plan.canvas.writable.logical_xor(plan.canvas.holes).any()  # else from a draft (a growing fill's
+        search = functools.partial(self.first_witness, plan, every) if fresh else None  # committed tokens)
+        return dataclasses.replace(
+            decoder,
+            completer=guard.Guard(
+                self.keeps, None, plan.canvas.mask_id, self.text_around, every, self.judged.first_break, search=search
+            ),
+        )
+
+    def first_witness(self, plan: spans.Plan, every: guard.Fillers) -> tuple[torch.Tensor | None, guard.Stats]:
+        """The plan's first witness from fillers, bounded, and what finding it cost (the guard runs it when a decode
+        first needs it: Guard.witness); None: none, the model's drafts may give one."""
+        began, cpu = time.perf_counter(), time.thread_time()
+        fit = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank())
         counted = guard.Counted(self.keeps)
-        fresh = not plan.canvas.writable.logical_xor(plan.canvas.holes).any()
-        found = (
-            guard.first_witness(plan.canvas.tokens, plan.positions, self.around(), fit, counted, budget=guard.FIRST)
-            if fresh
-            else None
-        )  # None: from a draft (also once a growing fill holds committed tokens); bounded, as every search
-        if found is None and fresh:  # the costly fillers of rare cuts, once, before the model's drafts
+        found = guard.first_witness(plan.canvas.tokens, plan.positions, self.around(), fit, counted, budget=guard.FIRST)
+        if found is None:  # the costly fillers of rare cuts, once, before the model's drafts
             found = guard.first_witness(
                 plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
             )
-        if found is None and fresh and self.judged.small() is not None:  # a typo of the user's misled the fillers
+        if found is None and self.judged.small() is not None:  # a typo of the user's misled the fillers
             self.window = self.judged.small()
             found = guard.first_witness(
                 plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
             )
             if found is None:
                 self.window = None
-        first = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)
-        return dataclasses.replace(
-            decoder,
-            completer=guard.Guard(
-                self.keeps, found, plan.canvas.mask_id, self.text_around, every, self.judged.first_break, first=first
-            ),
-        )
+        cost = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)
+        return found, cost
 
     def keeps(self, tokens: torch.Tensor) -> int:
         """The guard's verdict on a witness: the judge's new errors, or 1 when the fill escapes (`escapes`)."""
@@ -224,6 +226,8 @@ class JobGuard:
         after it ("cut": the model's own tokens, never a filler's); else the witness's own (which agrees with every
         commit so far), so an early end is guarded too. Unguarded, or before any witness was found, `proposed`."""
         session = self.session
+        if session is not None and session.witness is None and session.guard.search is not None:
+            session.start(outside=True)  # no call has needed the first witness yet: it is needed now
         if session is None or session.witness is None:
             return proposed
         holes = tokens == self.job.plan.canvas.mask_id  # (L,)
@@ -263,9 +267,10 @@ def built(decoder: Decoder) -> guard.Guard | None:
 
 
 def first_search(decoder: Decoder) -> float:
-    """The seconds the guard's first witness search took, when the decode just run was the one that paid them."""
+    """The seconds the guard's first witness search took before the decode just run began, when that decode paid
+    them (one run in the decode is in its own time already)."""
     completer = built(decoder)
-    return completer.last.first if completer is not None and completer.last is not None else 0.0
+    return completer.last.ahead if completer is not None and completer.last is not None else 0.0
 
 
 def stats(decoder: Decoder, notes: list[str]) -> dict[str, float] | None:

@@ -28,7 +28,9 @@ each proposal left, the draft or fillers beside it. Why a witness and not a gram
   a comment start, which would make anything parse), or left for a later call; when nothing
   of a call is admitted, the witness's own token where the model likes it best is committed
   (the witness stays valid), so every call commits.
-The first witness and the fillers: text/witness.py, text/fillers.py; the strings and brackets around a
+The first witness is the first call's draft with its proposals when the judge passes it (a model that is right
+needs no other); else the fillers' search (`Guard.witness`), run then and once a job. The first witness and the
+fillers: text/witness.py, text/fillers.py; the strings and brackets around a
 hole: text/literals.py.
 """
 
@@ -84,7 +86,8 @@ class Stats:
 
     checks: int = 0  # judge calls (parses), the first witness search's included
     seconds: float = 0.0  # every second the guard spent: the first witness search, then admitting each call's commits
-    first: float = 0.0  # of `seconds`, the first witness search's (before the first call; counted by the decode)
+    first: float = 0.0  # of `seconds`, the first witness search's
+    ahead: float = 0.0  # of `first`, the seconds it ran before the decode began (Guard.witness read at a job's build)
     cpu: float = 0.0  # `seconds` in the decoding thread's CPU time (on a shared machine most wall time is waiting)
     rejected: int = 0  # proposals with no witness (replaced or left for later)
     replaced: int = 0  # rejected proposals replaced by a less likely token that has a witness
@@ -108,33 +111,42 @@ class Stats:
 
 @dataclass
 class Guard:
-    """Built by the job for one plan: the judge and a first witness. `begin` starts one decode."""
+    """Built by the job for one plan: the judge and a first witness (`witness`: found by `search` when it is first
+    needed). `begin` starts one decode."""
 
     judge: Judge
-    witness: (
-        Tensor | None
-    )  # (L,) the first witness (the plan's canvas, every hole filled, judged 0); None: from the first draft
+    found: Tensor | None  # (L,) the first witness (the plan's canvas, every hole filled, judged 0); None: none yet
     mask_id: int
     around: Around | None = None  # with `fit`: fillers for the holes beside a proposal, in their current text
     fit: Fit | None = None
     where: Callable[[Tensor], int | None] | None = None  # a canvas -> the position its first new error is at
     candidates: int = CANDIDATES
     checks_per_call: int = CHECKS_PER_CALL
-    first: Stats | None = None  # what the first witness search cost (the job's): the next decode counts it
+    first: Stats | None = None  # the first search's cost, not counted yet: the decode under way or the next counts it
+    search: Callable[[], tuple[Tensor | None, Stats]] | None = None  # the first witness search, not run yet (`witness`)
     last: Stats | None = field(default=None, repr=False)  # the last decode's stats
     session: Session | None = field(default=None, repr=False)  # the last decode's session (a face ending it early)
 
+    @property
+    def witness(self) -> Tensor | None:
+        """The first witness: `search` run now if it has not been (once; its cost in `first`). None: no filling of
+        the holes was found; the decode's drafts may still give one."""
+        if self.search is not None:
+            search, self.search = self.search, None
+            self.found, self.first = search()
+        return self.found
+
     def begin(self, canvas: Tensor) -> Session:
-        """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness."""
-        if self.witness is not None:
-            assert bool(((canvas == self.mask_id) | (canvas == self.witness.to(canvas.device))).all()), (
+        """A fresh decode from `canvas` (L,); its committed tokens must agree with the first witness. When that search
+        has not run, the first call's draft is tried first (`Session.search`): beside a model whose first draft
+        parses, it never runs."""
+        if self.found is not None:
+            assert bool(((canvas == self.mask_id) | (canvas == self.found.to(canvas.device))).all()), (
                 "canvas and witness disagree"
             )
-        self.last, paid = Stats(), self.first or Stats()
-        self.last.checks, self.last.seconds, self.last.first = paid.checks, paid.seconds, paid.seconds
-        self.last.cpu = paid.cpu
-        self.first = None  # one search, counted once
-        self.session = Session(self, None if self.witness is None else self.witness.clone(), self.last)
+        self.last = Stats()
+        self.session = Session(self, None if self.found is None else self.found.clone(), self.last)
+        self.session.charge(ahead=True)  # a search already run (a witness read before): this decode counts it
         return self.session
 
 
@@ -186,6 +198,13 @@ class Session(Search):
         if pos.numel() == 0:
             return pos, ids, scores
         self.spent, self.beside = 0, BESIDE if pos.numel() == 1 else -1
+        if self.witness is None and self.guard.search is not None:  # the first search not run: this draft first
+            found = self.drafted_witness(tokens.cpu(), logits, pos.cpu(), ids.cpu())
+            if found is not None:
+                self.witness = found
+                order = scores.cpu().argsort(descending=True, stable=True)
+                return pos[order.to(pos.device)], ids[order.to(ids.device)], scores[order.to(scores.device)]
+            self.start()
         if self.witness is None and not self.adopt(tokens, logits):
             self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found:
             first = scores.cpu().argmax().view(1)  # one token a call meanwhile, so the drafts get more chances
@@ -216,6 +235,37 @@ class Session(Search):
         pos_, ids_, scores_ = (torch.cat([a[covered], b]) for a, b in zip((pos, ids, scores), out, strict=True))
         order = scores_.argsort(descending=True, stable=True)
         return pos_[order].to(device), ids_[order].to(device), scores_[order].to(device)
+
+    def drafted_witness(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor) -> Tensor | None:
+        """This call's draft with the proposals in it, when the judge passes it (one check): a witness for all of
+        them, found without the first search (the holes' fillers, built cold for every hole of the plan)."""
+        fixed = tokens.clone()
+        fixed[pos] = ids
+        self.drafted, self.held = self.draft(tokens, logits), fixed != self.guard.mask_id
+        candidate = torch.where(self.held, fixed, self.drafted)
+        return candidate if self.passes(candidate) else None
+
+    def start(self, outside: bool = False) -> None:
+        """The first witness search, run now (`Guard.witness`) and counted as this decode's (`outside` `admit`: a
+        face's early end); its witness is this decode's (None: none found, the drafts are tried as before)."""
+        found = self.guard.witness
+        self.witness = None if found is None else found.clone()
+        self.charge(outside=outside)
+
+    def charge(self, ahead: bool = False, outside: bool = False) -> None:
+        """Count the first search's cost (`Guard.first`) in this decode's stats, once: its checks and seconds;
+        `ahead`: it ran before the decode began, so its seconds are not in the decode's own time; `outside`: it
+        ran in this decode but not in `admit`, whose seconds are counted there."""
+        paid, self.guard.first = self.guard.first, None
+        if paid is None:
+            return
+        self.stats.checks += paid.checks
+        self.stats.first += paid.seconds
+        if ahead or outside:
+            self.stats.seconds += paid.seconds
+            self.stats.cpu += paid.cpu
+        if ahead:
+            self.stats.ahead += paid.seconds
 
     def agrees(self, fixed: Tensor) -> bool:
         """Whether the witness has every token of `fixed` (the proposals are its own) and no comment start the search
