@@ -84,8 +84,9 @@ class JobGuard:
             return dataclasses.replace(decoder, completer=None)
         plan = self.job.plan
         every = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank(), rare=True)  # the calls' too
-        fresh = not plan.canvas.writable.logical_xor(plan.canvas.holes).any()  # else from a draft (a growing fill's
-        search = functools.partial(self.first_witness, plan, every) if fresh else None  # committed tokens)
+        # a growing fill that holds committed tokens has no fillers' search: its witness comes from a draft
+        fresh = not plan.canvas.writable.logical_xor(plan.canvas.holes).any()
+        search = functools.partial(self.first_witness, plan, every) if fresh else None
         return dataclasses.replace(
             decoder,
             completer=guard.Guard(
