@@ -238,12 +238,77 @@ def test_a_draft_broken_at_an_unsure_hole_is_read_again_with_the_model_s_close_s
     assert pos.tolist() == [1] and ids.tolist() == [OPEN] and session.stats.rejected == 0
     assert session.witness.tolist() == [OPEN, OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE, CLOSE]
     assert session.stats.checks == 3
-    for unsure in ("far", "many"):  # a second half as likely at 5 only, or also at 4: two holes of five
+    for unsure in ("far", "many"):  # a second half as likely at 5 only, or also at 3 and 4: three holes of five
         logits[5, CLOSE] = 2.0 + math.log(0.2 if unsure == "far" else 0.5)
-        logits[4, other] = 4.0 + math.log(0.5) if unsure == "many" else -5.0
+        logits[3:5, other] = 4.0 + math.log(0.5) if unsure == "many" else -5.0
         session = guard.Guard(balanced, witness, mask).begin(canvas)
         pos, ids, _ = session.admit(canvas, logits, torch.tensor([1]), torch.tensor([OPEN]), torch.tensor([0.9]))
         assert ids.tolist() != [OPEN] and session.stats.rejected == 1, unsure  # no second reading: turned away
+
+
+def test_a_proposal_whose_first_choice_breaks_the_draft_where_the_model_is_unsure_is_replaced_by_its_second():
+    # holes at 1-3; the model proposes OPEN at 1 (sure) and OPEN at 3, where it is unsure (CLOSE half as likely):
+    # no witness holds both, and its draft with them breaks; read with its second choice at 3, over the proposal
+    # itself, the draft parses: OPEN at 1 is admitted, CLOSE replaces OPEN at 3, in two checks, no filler asked for
+    mask, asked = 9, []
+    canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
+    witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
+    fit = lambda before, after, n: asked.append(n) or [[NEUTRAL] * n]  # noqa: E731
+    logits = torch.full((5, 10), -5.0)
+    logits[1, OPEN], logits[2, NEUTRAL] = 4.0, 4.0
+    logits[3, OPEN], logits[3, CLOSE] = 2.0, 2.0 + math.log(0.5)
+    session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
+    pos, ids, scores = session.admit(canvas, logits, torch.tensor([1, 3]), torch.tensor([OPEN, OPEN]), torch.ones(2))
+    assert sorted(zip(pos.tolist(), ids.tolist(), strict=True)) == [(1, OPEN), (3, CLOSE)]
+    assert session.witness.tolist() == [OPEN, OPEN, NEUTRAL, CLOSE, CLOSE] and balanced(session.witness) == 0
+    assert scores[ids == CLOSE].item() == pytest.approx(torch.softmax(logits[3], 0)[CLOSE].item())  # its own odds
+    assert session.stats.rejected == session.stats.replaced == 1 and session.stats.checks == 2 and asked == []
+    # a proposal that is not the model's first choice (sampled: OPEN at 2, where NEUTRAL is sure) stays as it is
+    session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
+    logits[1, OPEN], logits[1, NEUTRAL] = -5.0, 4.0
+    pos, ids, _ = session.admit(canvas, logits, torch.tensor([2, 3]), torch.tensor([OPEN, OPEN]), torch.ones(2))
+    assert sorted(zip(pos.tolist(), ids.tolist(), strict=True)) == [(2, OPEN), (3, CLOSE)]
+    assert session.witness.tolist() == [OPEN, NEUTRAL, OPEN, CLOSE, CLOSE]
+    # a decoder that commits the model's own tokens only (`own`) gets no replacement
+    session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
+    pos, ids, _ = session.admit(
+        canvas, logits, torch.tensor([2, 3]), torch.tensor([OPEN, OPEN]), torch.ones(2), own=True
+    )
+    assert CLOSE not in ids.tolist() and session.stats.replaced == 0
+
+
+def test_a_first_draft_broken_where_the_model_is_unsure_is_read_again_before_the_fillers_are_searched():
+    # no first witness yet: the draft (OPEN at 3, where CLOSE is half as likely) breaks the file, its second reading
+    # parses and holds the proposal: it is the witness, and the fillers' search never runs
+    mask, searched = 9, []
+    canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
+
+    def search() -> tuple[torch.Tensor, guard.Stats]:
+        searched.append(1)
+        return torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE]), guard.Stats()
+
+    g = guard.Guard(balanced, None, mask, search=search)
+    logits = torch.full((5, 10), -5.0)
+    logits[1, OPEN], logits[2, NEUTRAL] = 4.0, 4.0
+    logits[3, OPEN], logits[3, CLOSE] = 2.0, 2.0 + math.log(0.5)
+    session = g.begin(canvas)
+    pos, ids, _ = session.admit(canvas, logits, torch.tensor([1]), torch.tensor([OPEN]), torch.tensor([0.9]))
+    assert pos.tolist() == [1] and ids.tolist() == [OPEN] and searched == []
+    assert session.witness.tolist() == [OPEN, OPEN, NEUTRAL, CLOSE, CLOSE] and session.stats.checks == 2
+
+
+def test_the_last_holes_of_a_fill_get_a_second_reading_though_the_model_is_unsure_at_most_of_them():
+    # three holes, unsure at two (more than a quarter): the last holes of a fill are where its wrong guesses were
+    # left, and a second reading there costs one check
+    mask = 9
+    canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
+    session = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE]), mask).begin(canvas)
+    logits = torch.full((5, 10), -5.0)
+    logits[1, NEUTRAL] = 4.0
+    logits[2, OPEN], logits[2, NEUTRAL] = 2.0, 2.0 + math.log(0.5)
+    logits[3, OPEN], logits[3, CLOSE] = 2.0, 2.0 + math.log(0.5)
+    session.drafted, session.read = session.draft(canvas, logits), (canvas, logits)
+    assert session.second().tolist() == [OPEN, NEUTRAL, NEUTRAL, CLOSE, CLOSE]
 
 
 def test_the_second_reading_stops_reading_once_the_model_is_unsure_at_too_many_holes(monkeypatch):
