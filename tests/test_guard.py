@@ -202,6 +202,31 @@ def test_a_lone_proposal_whose_draft_beside_it_passes_is_admitted_before_any_fil
     assert asked == [] and session.stats.checks == 4  # the witness, the draft, the draft left of it, right of it
 
 
+def test_a_lone_proposal_no_cheap_trial_holds_gives_way_to_a_next_candidate_the_witness_holds_before_any_filler():
+    # witness OPEN N N N CLOSE; the model proposes OPEN at 2 (NEUTRAL its second choice) and drafts OPEN everywhere:
+    # neither the witness, the draft nor the draft beside it holds OPEN; a filler (CLOSE at 3) would, but its next
+    # candidate, NEUTRAL, is the witness's own token: admitted in its place, no filler built (the fillers and sweeps
+    # are the search's costly part); a decoder of its own tokens only (`own`) still gets the filler's witness
+    mask, asked = 9, []
+
+    def fit(before: str, after: str, n: int) -> list[list[int]]:
+        asked.append(n)
+        return [[CLOSE] * n]
+
+    canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
+    witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
+    logits = torch.full((5, 10), -5.0)
+    logits[:, OPEN], logits[2, NEUTRAL] = 3.0, 2.0
+    session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
+    pos, ids, scores = session.admit(canvas, logits, torch.tensor([2]), torch.tensor([OPEN]), torch.tensor([0.9]))
+    assert pos.tolist() == [2] and ids.tolist() == [NEUTRAL] and asked == []
+    assert scores.item() == pytest.approx(torch.softmax(logits[2], 0)[NEUTRAL].item())
+    assert session.stats.rejected == session.stats.replaced == 1 and torch.equal(session.witness, witness)
+    session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
+    pos, ids, _ = session.admit(canvas, logits, torch.tensor([2]), torch.tensor([OPEN]), torch.tensor([0.9]), own=True)
+    assert ids.tolist() == [OPEN] and asked == [1] and session.witness.tolist() == [OPEN, CLOSE, OPEN, NEUTRAL, CLOSE]
+
+
 def test_a_lone_proposal_tries_fillers_beside_it_before_sweeping_the_whole_draft():
     # witness OPEN N N N CLOSE N N N N, holes at 1-4 and 6-7; the model proposes OPEN at 2 and its draft is OPEN at
     # every hole, so neither the witness nor the draft holds it; a filler just left of it (CLOSE at 1) does, and the

@@ -14,8 +14,10 @@ for Python). A proposal is admitted when some witness
 agrees with everything committed so far plus the proposal. The search tries, each for one
 parse: the current witness with the proposal in it, the model's own draft (this call's most
 likely token at every hole) with everything committed in it, the draft read with the model's
-close second choice at the few holes it is unsure of (`Session.second`), the draft or fillers in
-the holes beside a lone proposal, a bounded sweep of fillers over the draft's runs of holes, and then, for
+close second choice at the few holes it is unsure of (`Session.second`), that reading over the
+proposals too (`reread`: a proposal it changes is replaced by that second choice), the draft beside
+a lone proposal, then the model's close seconds there that the witness or the draft holds, fillers in
+the holes beside it, a bounded sweep of fillers over the draft's runs of holes, and then, for
 each proposal left, the draft or fillers beside it. Why a witness and not a grammar:
 - soundness does not rest on the search or on a grammar we would have to write for eight
   languages (Python's indentation included): every witness is passed by the judge, and the
@@ -229,6 +231,19 @@ class Session(Search):
                 return pos[order].to(device), ids[order].to(device), scores[order].to(device)
         if found is None and len(pos) == 1:  # the draft beside it first: no filler to build
             found = self.complete(every, draft, pos, EASY + 3, fillers=0)
+            if found is None and not self.own:  # then its next candidates that the witness or draft holds
+                kept: list[tuple[int, int, float]] = []
+                rank = self.first_passing(
+                    tokens.clone(), logits, draft, int(pos[0]), int(ids[0]), float(scores[0]), kept, cheap=True
+                )
+                if rank is not None:
+                    self.stats.rejected, self.stats.replaced = self.stats.rejected + 1, self.stats.replaced + 1
+                    _, token, prob = kept[0]
+                    return (
+                        pos.to(device),
+                        torch.tensor([token], device=device),
+                        torch.tensor([prob], dtype=scores.dtype, device=device),
+                    )
             if found is None:  # then fillers in the runs beside it, before any sweep of the whole draft
                 found = self.complete(every, draft, pos, TRIALS, self.beside)
         found = self.sweep(every, draft) if found is None else found  # fillers over the draft's runs
@@ -471,11 +486,22 @@ class Session(Search):
         t: int,
         s: float,
         kept: list[tuple[int, int, float]],
+        cheap: bool = False,
     ) -> int | None:
         """Admit the first candidate at `p` that has a witness (appended to `kept`, `current` updated); its rank, or
-        None."""
-        for rank, (token, prob) in enumerate(self.options(logits, p, t, s)):
-            if self.admitted(current, draft, p, token, prob, kept) is not None:
+        None. The model's close seconds at `p` (each at least RIVAL times as likely as the proposal) are tried first
+        with the witness and the draft alone (EASY), then every candidate with the whole search, the proposal first
+        (`cheap`: the first part only). The proposal has had those two before (`one_by_one`, `search`); its fillers
+        and the sweeps are the search's costly part, and where the built-in model's proposal was replaced, its next
+        candidate passed at its first trial in most calls (docs/guard.md)."""
+        options = self.options(logits, p, t, s)
+        row = logits[p].float()  # (V,)
+        least = RIVAL * float((row[t] - torch.logsumexp(row, 0)).exp())  # the model's close seconds only, first
+        close = [rank for rank in range(1, len(options)) if options[rank][1] >= least]
+        tried = [(rank, EASY) for rank in close] + ([] if cheap else [(rank, 0) for rank in range(len(options))])
+        for rank, trials in tried:
+            token, prob = options[rank]
+            if self.admitted(current, draft, p, token, prob, kept, trials) is not None:
                 return rank
         return None
 
