@@ -31,9 +31,9 @@ each proposal left, the draft or fillers beside it. Why a witness and not a gram
   of a call is admitted, the witness's own token where the model likes it best is committed
   (the witness stays valid), so every call commits.
 The first witness is the first call's draft with its proposals when the judge passes it (a model that is right
-needs no other); else the fillers' search (`Guard.witness`), run then and once a job. The first witness and the
-fillers: text/witness.py, text/fillers.py; the strings and brackets around a
-hole: text/literals.py.
+needs no other), or its second reading; else the fillers' search (`Guard.witness`), run then and once a job. The
+first witness and the fillers: text/witness.py, text/fillers.py; the strings and brackets around a hole:
+text/literals.py.
 """
 
 from __future__ import annotations
