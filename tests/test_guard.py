@@ -80,6 +80,16 @@ def balanced(tokens: torch.Tensor) -> int:
     return unmatched(tokens, OPEN, CLOSE)
 
 
+def recording(asked: list[int], token: int):
+    """A toy filler: `token` in every hole of a run, each run's length recorded in `asked` (what was built)."""
+
+    def fit(before: str, after: str, n: int) -> list[list[int]]:
+        asked.append(n)
+        return [[token] * n]
+
+    return fit
+
+
 def bracket_loving(model):
     """The tiny model, but OPEN and CLOSE are the likeliest tokens everywhere: unguarded, the fill breaks."""
 
@@ -186,11 +196,7 @@ def test_a_lone_proposal_whose_draft_beside_it_passes_is_admitted_before_any_fil
     # witness OPEN N N N CLOSE; the model proposes OPEN at 2 (the witness with it breaks, so does its whole draft
     # OPEN OPEN OPEN CLOSE); its draft just right of it (CLOSE at 3) closes it: admitted, no filler asked for
     mask, asked = 9, []
-
-    def fit(before: str, after: str, n: int) -> list[list[int]]:
-        asked.append(n)
-        return [[NEUTRAL] * n]
-
+    fit = recording(asked, NEUTRAL)
     canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
     g = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE]), mask, lambda *_: ("", ""), fit)
     session = g.begin(canvas)
@@ -208,11 +214,7 @@ def test_a_lone_proposal_no_cheap_trial_holds_gives_way_to_a_next_candidate_the_
     # candidate, NEUTRAL, is the witness's own token: admitted in its place, no filler built (the fillers and sweeps
     # are the search's costly part); a decoder of its own tokens only (`own`) still gets the filler's witness
     mask, asked = 9, []
-
-    def fit(before: str, after: str, n: int) -> list[list[int]]:
-        asked.append(n)
-        return [[CLOSE] * n]
-
+    fit = recording(asked, CLOSE)
     canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
     witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
     logits = torch.full((5, 10), -5.0)
@@ -232,11 +234,7 @@ def test_a_lone_proposal_tries_fillers_beside_it_before_sweeping_the_whole_draft
     # every hole, so neither the witness nor the draft holds it; a filler just left of it (CLOSE at 1) does, and the
     # holes at 6-7, which it does not touch, are never asked for fillers
     mask, asked = 9, []
-
-    def fit(before: str, after: str, n: int) -> list[list[int]]:
-        asked.append(n)
-        return [[CLOSE] * n]
-
+    fit = recording(asked, CLOSE)
     canvas = torch.tensor([OPEN, mask, mask, mask, mask, NEUTRAL, mask, mask, NEUTRAL])
     witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE, NEUTRAL, NEUTRAL, NEUTRAL, NEUTRAL])
     session = guard.Guard(balanced, witness, mask, lambda *_: ("", ""), fit).begin(canvas)
@@ -278,7 +276,7 @@ def test_a_proposal_whose_first_choice_breaks_the_draft_where_the_model_is_unsur
     mask, asked = 9, []
     canvas = torch.tensor([OPEN, mask, mask, mask, CLOSE])
     witness = torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE])
-    fit = lambda before, after, n: asked.append(n) or [[NEUTRAL] * n]  # noqa: E731
+    fit = recording(asked, NEUTRAL)
     logits = torch.full((5, 10), -5.0)
     logits[1, OPEN], logits[2, NEUTRAL] = 4.0, 4.0
     logits[3, OPEN], logits[3, CLOSE] = 2.0, 2.0 + math.log(0.5)

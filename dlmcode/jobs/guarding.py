@@ -98,18 +98,19 @@ class JobGuard:
         """The plan's first witness from fillers, bounded, and what finding it cost (the guard runs it when a decode
         first needs it: Guard.witness); None: none, the model's drafts may give one."""
         began, cpu = time.perf_counter(), time.thread_time()
-        fit = guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank())
         counted = guard.Counted(self.keeps)
-        found = guard.first_witness(plan.canvas.tokens, plan.positions, self.around(), fit, counted, budget=guard.FIRST)
-        if found is None:  # the costly fillers of rare cuts, once, before the model's drafts
-            found = guard.first_witness(
-                plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
+
+        def search(fillers: guard.Fillers, budget: int) -> torch.Tensor | None:
+            return guard.first_witness(
+                plan.canvas.tokens, plan.positions, self.around(), fillers, counted, budget=budget
             )
+
+        found = search(guard.Fillers(self.job.lang, self.job.dlm.tokenizer, self.blank()), guard.FIRST)
+        if found is None:  # the costly fillers of rare cuts, once, before the model's drafts
+            found = search(every, guard.RARE)
         if found is None and self.judged.small() is not None:  # a typo of the user's misled the fillers
             self.window = self.judged.small()
-            found = guard.first_witness(
-                plan.canvas.tokens, plan.positions, self.around(), every, counted, budget=guard.RARE
-            )
+            found = search(every, guard.RARE)
             if found is None:
                 self.window = None
         cost = guard.Stats(checks=counted.checks, seconds=time.perf_counter() - began, cpu=time.thread_time() - cpu)

@@ -205,8 +205,7 @@ class Session(Search):
             found = self.drafted_witness(tokens.cpu(), logits, pos.cpu(), ids.cpu())
             if found is not None:
                 self.witness = found
-                order = scores.cpu().argsort(descending=True, stable=True)
-                return pos[order.to(pos.device)], ids[order.to(ids.device)], scores[order.to(scores.device)]
+                return surest_first(pos, ids, scores, device)
             self.start()
         if self.witness is None and not self.adopt(tokens, logits):
             self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found:
@@ -227,8 +226,7 @@ class Session(Search):
             if reread is not None:
                 self.witness, ids = reread
                 scores = torch.where(ids == every[pos], scores, self.likely(logits, pos, ids).to(scores.dtype))
-                order = scores.argsort(descending=True, stable=True)
-                return pos[order].to(device), ids[order].to(device), scores[order].to(device)
+                return surest_first(pos, ids, scores, device)
         if found is None and len(pos) == 1:  # the draft beside it first: no filler to build
             found = self.complete(every, draft, pos, EASY + 3, fillers=0)
             if found is None and not self.own:  # then its next candidates that the witness or draft holds
@@ -255,9 +253,7 @@ class Session(Search):
         current[pos[covered]] = ids[covered]
         rest = ~covered
         out = self.one_by_one(current, logits, draft, pos[rest], ids[rest], scores[rest], fallback=not covered.any())
-        pos_, ids_, scores_ = (torch.cat([a[covered], b]) for a, b in zip((pos, ids, scores), out, strict=True))
-        order = scores_.argsort(descending=True, stable=True)
-        return pos_[order].to(device), ids_[order].to(device), scores_[order].to(device)
+        return surest_first(*(torch.cat([a[covered], b]) for a, b in zip((pos, ids, scores), out, strict=True)), device)
 
     def drafted_witness(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor) -> Tensor | None:
         """This call's draft with the proposals in it, or else its second reading (`second`: when the model is unsure
@@ -594,3 +590,9 @@ class Session(Search):
                 top[bad] = sampling.without(rows[bad].float(), self.guard.mask_id).argmax(-1)
             out[holes] = top.cpu()
         return out
+
+
+def surest_first(pos: Tensor, ids: Tensor, scores: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The commits (positions, ids, scores) most confident first (ties in their order), on `device`."""
+    order = scores.cpu().argsort(descending=True, stable=True)
+    return pos.cpu()[order].to(device), ids.cpu()[order].to(device), scores.cpu()[order].to(device)
