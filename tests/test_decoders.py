@@ -803,6 +803,18 @@ def test_saber_accelerates_and_backtracks():
     assert Saber().max_calls(4) == 4  # every call gains a token
 
 
+def test_saber_scores_in_float32_as_its_code_does_and_wino_in_float64():
+    from dlmcode.decoders.saber import Saber
+    from dlmcode.decoders.wino import Wino
+
+    script = [{p: peak(tok(p), 0.9 - p / 100) for p in range(1, 5)}] * 4
+    steps = run(Saber(), holes_canvas(4), scripted(script, 6))
+    assert steps[0].scores.dtype == torch.float32
+    want = torch.softmax(torch.tensor(peak(tok(1), 0.89)), -1).max()  # F.softmax of the float32 logits
+    assert steps[0].scores[steps[0].filled.tolist().index(1)] == want
+    assert list(Wino()(holes_canvas(4), scripted(script, 6), torch.Generator()))[0].scores.dtype == torch.float64
+
+
 def test_saber_backtracks_a_share_of_its_commits():
     from dlmcode.decoders.saber import Saber
 

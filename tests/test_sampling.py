@@ -94,6 +94,21 @@ def test_proposals_score_with_the_references_softmax_bit_for_bit(dtype):
     assert torch.equal(soft.probability(other), want.gather(-1, other[:, None]).squeeze(-1))
 
 
+def test_proposals_in_float32_score_with_saber_s_softmax_and_still_sample_exactly():
+    """Saber's code scores x0_p from F.softmax(logits) in the logits' own precision: propose(dtype=float32) gives
+    those numbers bit for bit; at T = 1 its sample is drawn in float64 from the logits, not from that softmax."""
+    logits = torch.randn(9, 300, generator=gen(3)) * 4
+    ids, conf, soft = sampling.propose(logits, 0.0, gen(0), mask_id=299, dtype=torch.float32)
+    assert conf.dtype == torch.float32 and soft.probs.dtype == torch.float32
+    assert torch.equal(conf, torch.softmax(logits, -1).gather(-1, ids[:, None]).squeeze(-1))
+    wide, _, _ = sampling.propose(logits, 0.0, gen(0), mask_id=299)
+    assert not torch.equal(conf.double(), wide)  # another precision, not the float64 numbers cast
+    sampled, _, _ = sampling.propose(logits, 1.0, gen(4), mask_id=299, dtype=torch.float32)
+    wide = logits.double()
+    u = torch.rand(9, generator=gen(4), dtype=torch.float64)
+    assert torch.equal(sampled, sampling.inverse_cdf((wide - wide.amax(-1, keepdim=True)).exp(), u, 299))
+
+
 def test_confidence_is_the_probability_of_the_proposed_token():
     logits = probs_to_logits([0.5, 0.3, 0.2], [0.1, 0.6, 0.3])
     conf = sampling.confidence(logits, torch.tensor([2, 1]))

@@ -48,21 +48,22 @@ def gumbel_argmax(logits: Tensor, temperature: float, rng: torch.Generator) -> T
 
 
 class Softmax(NamedTuple):
-    """softmax(logits) in float64, as LLaDA and Fast-dLLM score confidence."""
+    """softmax(logits) in float64, as LLaDA and Fast-dLLM score confidence (or in float32, as Saber's code does)."""
 
-    probs: Tensor  # (H, V) float64
+    probs: Tensor  # (H, V) float64 (or float32)
 
     def probability(self, ids: Tensor) -> Tensor:
         """(H,) the probability of ids[h] in row h."""
         return self.probs.gather(-1, ids.to(self.probs.device)[:, None]).squeeze(-1)
 
 
-def softmax64(logits: Tensor) -> Softmax:
+def softmax64(logits: Tensor, dtype: torch.dtype = torch.float64) -> Softmax:
     """The float64 softmax the references score confidence with: the bits of F.softmax(logits.to(float64))
     (tests/test_sampling.py), by torch's fused kernel (max, exp and sum, scale), which is also cheaper than an
     unnormalised exp(l - max l) and its sum made op by op (0.74-0.83x on this CPU at 4k-126k vocabularies).
-    The float64 copy it converts first lives only until the result is made."""
-    return Softmax(torch.softmax(logits, -1, dtype=torch.float64))
+    The float64 copy it converts first lives only until the result is made. `dtype` float32: F.softmax(logits) of
+    float32 logits, for a reference that scores in the logits' own precision (a third of the time on this CPU)."""
+    return Softmax(torch.softmax(logits, -1, dtype=dtype))
 
 
 def propose(
@@ -72,14 +73,16 @@ def propose(
     mask_id: int,
     late_ids: tuple[int, ...] = (),
     among: tuple[int, Tensor] | None = None,
+    dtype: torch.dtype = torch.float64,
 ) -> tuple[Tensor, Tensor, Softmax]:
     """Each row's proposed token (never `mask_id`: argmax at temperature 0, else a sample from
     softmax(logits / T)), its probability under softmax(logits) (0 for `late_ids`, committed
     last), and that softmax: a float64 (H, V) buffer, and another at T other than 0 and 1.
 
     `among` (n, where): these rows are rows `where` (H,) of n rows proposed together; the generator
-    advances as for all n, and each row gets the number it would have had among them."""
-    soft = softmax64(logits)
+    advances as for all n, and each row gets the number it would have had among them. `dtype`: the
+    softmax's (the scores'); a sample is drawn in float64 whatever it is."""
+    soft = softmax64(logits, dtype)
     ids = draw(logits, soft, temperature, rng, mask_id, among)  # (H,)
     conf = soft.probability(ids)  # (H,)
     if late_ids:
@@ -121,7 +124,7 @@ def draw(
     `propose`."""
     if temperature == 0:
         return argmax_without(logits, mask_id)
-    if temperature == 1:
+    if temperature == 1 and soft.probs.dtype == torch.float64:
         weights = soft.probs
     else:
         weights = logits.to(torch.float64, copy=True)  # (H, V)

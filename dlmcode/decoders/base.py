@@ -282,6 +282,10 @@ class Revising(BaseDecoder):
     def revise(self, window: Window, memory: dict[str, Any], rng: torch.Generator) -> Revision:
         raise NotImplementedError
 
+    # The precision of the Window's softmax (its conf and kept): float64, as LLaDA's and WINO's code score, unless
+    # the decoder's reference scores in the logits' own (Saber: float32, a third of the softmax's time).
+    precision: ClassVar[torch.dtype] = torch.float64
+
     def reads(self, holes: Tensor, current: Tensor, upto: Tensor) -> Tensor | None:
         """(P,) bool: the rows whose ids, conf and kept `revise` reads (the others hold the canvas's token and 0),
         given the Window's holes, current and upto; None: every row."""
@@ -393,7 +397,9 @@ def _window(
     where = None if read is None or bool(read.all()) else read.nonzero().squeeze(-1)  # (R,) the rows proposed
     among = None if where is None else (len(span), where)  # the generator still advances for every row
     picked = rows if where is None else rows_at(rows, where)  # (R, V)
-    ids, conf, soft = sampling.propose(picked, decoder.temperature, rng, canvas.mask_id, among=among)  # (R,), (R,)
+    ids, conf, soft = sampling.propose(
+        picked, decoder.temperature, rng, canvas.mask_id, among=among, dtype=decoder.precision
+    )  # (R,), (R,)
     at = holes if where is None else holes[where]  # (R,)
     tokens = torch.where(at, ids, shown if where is None else shown[where])  # (R,) a hole's mask id may lie outside
     if (

@@ -11,7 +11,8 @@ so every call gains at least one token and a decode takes at most one call per h
 
 As in the authors' code, confidence is the probability of the position's proposal (its argmax
 at temperature 0), read at every position of the blocks so far, committed ones at their
-visible positions, and a position's first reading counts as a rise from 0. Ours: a token
+visible positions, and a position's first reading counts as a rise from 0. It is scored as theirs is,
+by a softmax in the logits' own precision (float32 here; `precision`), not LLaDA's float64. Ours: a token
 reopened in the same call it was committed is simply not committed (the Step contract: only
 tokens committed earlier are reopened).
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -36,6 +37,8 @@ class Saber(Remasking):
     backtrack: float = setting(
         0.125, "tokens taken back per call, as a share of the call's commits (at least at_least // 2)"
     )  # authors' code: 1/8
+
+    precision: ClassVar[torch.dtype] = torch.float32  # its code: F.softmax(logits), confidences kept in float32
 
     def __post_init__(self) -> None:
         super().__post_init__()
