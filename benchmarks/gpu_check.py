@@ -13,7 +13,8 @@ real, the tokens mean nothing) it prints one JSON object (stdout) with, per shap
   it is exact: the compiled decode commits the same tokens and its logits' largest difference
   from the eager ones (a compile that fails is reported, not fatal);
 - `sampler`: ms of one proposal over the block's rows (sampling.propose, T = 0 and T = 1) and
-  its share of an uncached call;
+  its share of an uncached call; and of DiffusionGemma's sampler's own work in a call over those
+  rows (`renoise`: entropies, acceptance, the accepted rows' sample), at this shape's vocabulary;
 - `guard`: the guard's ms per call in a guarded decode and its share of a call;
 - `serve`: requests and model calls per second through the server's queue and engine
   (serve/queue.py) at 1, 4 and 16 concurrent requests, the queue batching as many;
@@ -181,7 +182,27 @@ def sampler(dlm: Dlm, args: Settings, call_ms: float) -> dict[str, Any]:
             times.append(time.perf_counter() - began)
         ms = statistics.median(times) * 1e3
         out[f"t{temperature:g}"] = {"ms": round(ms, 4), "share_of_call": round(ms / call_ms, 4)}
+    ms = statistics.median(renoise_call(logits, dlm, args.repeats * 5)) * 1e3
+    out["renoise"] = {"ms": round(ms, 4), "share_of_call": round(ms / call_ms, 4)}
     return out
+
+
+def renoise_call(logits: torch.Tensor, dlm: Dlm, repeats: int) -> list[float]:
+    """Seconds of DiffusionGemma's sampler's own work in one call over these rows, where they are (entropies,
+    argmax, acceptance, a sample of the accepted rows at T = 1), timed `repeats` times."""
+    from dlmcode.decoders.renoise import Renoise, accept, categorical_entropy
+
+    decoder, rng, times = Renoise(), sampling.generator_on(logits.device, torch.Generator().manual_seed(0)), []
+    for _ in range(repeats):
+        sync(dlm.device)
+        began = time.perf_counter()
+        rows = sampling.without(logits, dlm.mask_id)  # (n, V) a copy, as a call's fresh logits are
+        take = accept(categorical_entropy(rows), decoder.bound)
+        rows.argmax(-1)
+        decoder.sample(rows, take, rng)
+        sync(dlm.device)
+        times.append(time.perf_counter() - began)
+    return times
 
 
 def guard(dlm: Dlm, args: Settings, call_ms: float) -> dict[str, Any]:

@@ -202,6 +202,18 @@ def test_renoise_gives_the_tokens_of_transformers_generate(dlm, reference, seed)
     assert result.calls == 3 * 48  # no block was confident enough to end early: the random model is not
 
 
+def test_renoise_drawing_every_row_at_once_as_on_a_gpu_still_gives_the_tokens_of_generate(dlm, reference, monkeypatch):
+    """The draw a GPU takes (multinomial_all), wired in where the CPU's is: the same tokens as its generate."""
+    from dlmcode.decoders import renoise
+
+    ids = prompt_ids(dlm)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        theirs = reference.generate(torch.tensor([ids]), max_new_tokens=CANVAS).sequences[0, len(ids) :]
+    monkeypatch.setattr(renoise, "multinomial_some", renoise.multinomial_all)
+    assert run_generate(dlm, 1, CANVAS).canvas[len(ids) :] == theirs.tolist()
+
+
 def test_renoise_ends_a_block_early_as_its_generate_does(dlm, reference):
     """A confidence bar a random model clears (50 nats) and no stability asked: each block ends at its first
     call, as in its generate, with the same tokens (the random model's argmax is never stable over two calls)."""
@@ -279,6 +291,22 @@ def test_renoise_entropy_and_draw_are_torchs_own_bit_for_bit():
     for _ in range(3):  # the same draws, call after call: each consumes what torch.multinomial consumes
         assert torch.equal(multinomial_one(probs, mine), torch.multinomial(probs, 1, generator=theirs).squeeze(-1))
     assert torch.equal(mine.get_state(), theirs.get_state())
+
+
+def test_the_draw_of_every_row_at_once_gives_the_tokens_of_the_rows_read_alone():
+    """A GPU's path (every row's numbers at once, as torch.multinomial draws them) and the CPU's (the read rows'
+    numbers only, the others advanced past) give the same tokens and leave the generator in the same state."""
+    from dlmcode.decoders.renoise import multinomial_all, multinomial_some
+
+    rows = torch.randn(9, 500, generator=torch.Generator().manual_seed(2)) * 3
+    read = torch.tensor([False, True, True, False, False, True, False, False, True])
+    probs = torch.softmax(rows[read], -1)
+    alone, at_once = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    for _ in range(2):
+        assert torch.equal(multinomial_some(probs, read, 500, alone), multinomial_all(probs, read, 500, at_once))
+    assert torch.equal(alone.get_state(), at_once.get_state())
+    full = torch.multinomial(torch.softmax(rows, -1), 1, generator=torch.Generator().manual_seed(4)).squeeze(-1)
+    assert torch.equal(multinomial_all(probs, read, 500, torch.Generator().manual_seed(4)), full[read])
 
 
 @pytest.mark.parametrize("count", [0, 1, 777, 1 << 16, (1 << 16) + 1, 3 * (1 << 16) + 5])

@@ -31,6 +31,7 @@ def test_every_step_runs_for_both_shapes(report):
         assert shape["compiled"]["same_tokens"] is True and shape["compiled"]["max_logit_difference"] == 0.0
         assert shape["sampler"]["rows"] == 4 and shape["sampler"]["vocab"] == 4200
         assert 0 < shape["sampler"]["t1"]["share_of_call"] and "ms_per_call" in shape["guard"]
+        assert 0 < shape["sampler"]["renoise"]["share_of_call"]
         assert set(shape["serve"]) == {"1", "4", "16"}
         assert all(level["requests_per_s"] > 0 and level["calls_per_s"] > 0 for level in shape["serve"].values())
         assert shape["serve"]["16"]["mean_batch"] > 1  # concurrent requests shared forwards

@@ -23,14 +23,18 @@ def noise(shape: tuple[int, ...], rng: torch.Generator, device: torch.device) ->
     return torch.rand(shape, generator=rng, dtype=torch.float64).to(device)
 
 
-def uniform(n: int, rng: torch.Generator, device: torch.device) -> Tensor:
-    """(n,) Uniform[0, 1) float64 drawn on `device`: from `rng` itself when it lives there, else
-    from a generator on `device` seeded by one draw from `rng` (reproducible per seed and device)."""
+def generator_on(device: torch.device, rng: torch.Generator) -> torch.Generator:
+    """A generator that draws on `device`: `rng` itself when it lives there, else one there seeded by one draw
+    from `rng` (so a seed gives the same numbers on a given device)."""
     if rng.device == device or (device.type == "cpu" and rng.device.type == "cpu"):
-        return torch.rand(n, generator=rng, dtype=torch.float64, device=device)
+        return rng
     seed = int(torch.randint(0, 2**62, (1,), generator=rng, device=rng.device))
-    local = torch.Generator(device=device).manual_seed(seed)
-    return torch.rand(n, generator=local, dtype=torch.float64, device=device)
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def uniform(n: int, rng: torch.Generator, device: torch.device) -> Tensor:
+    """(n,) Uniform[0, 1) float64 drawn on `device` (`generator_on`: from `rng` itself when it lives there)."""
+    return torch.rand(n, generator=generator_on(device, rng), dtype=torch.float64, device=device)
 
 
 def gumbel_argmax(logits: Tensor, temperature: float, rng: torch.Generator) -> Tensor:

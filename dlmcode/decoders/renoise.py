@@ -14,6 +14,10 @@ under `confidence`, or after `steps` calls; the block is then the argmax at ever
 
 Its generate draws a sample and a renoising of the block at the last call too and throws them
 away; so does this decoder (from the decode's generator), so that a seed gives its tokens exactly.
+It decides where the logits are (no block of rows is copied to the CPU): on the CPU it draws from the
+decode's generator, making only the accepted rows' numbers and advancing past the others'; on another
+device (a GPU) from a generator there seeded by one draw from it, every row's numbers at once, as
+torch.multinomial draws them there.
 On a masked canvas it runs the same way (a reopened position is the mask token again).
 Guarded, the last call commits what the guard admits of the argmax, and the holes left are
 filled by argmax, one call each at least, as the shared loops do.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -70,7 +75,7 @@ class Renoise(Revising):
         return self.steps * n_holes + (n_holes if self.guard else 0)
 
     def __call__(self, canvas: Canvas, predict: Predict, rng: torch.Generator) -> Iterator[Step]:
-        state = {"calls": 0, "index": 0}
+        state: dict[str, Any] = {"calls": 0, "index": 0}  # and "rng": the generator that draws on the logits' device
         gate = open_gate(self, canvas)
         for number, positions in enumerate(blocks(canvas, self.block)):
             for step in self.block_steps(canvas, positions, number, predict, rng, gate, state):
@@ -85,13 +90,15 @@ class Renoise(Revising):
         predict: Predict,
         rng: torch.Generator,
         gate: object,
-        state: dict[str, int],
+        state: dict[str, Any],
     ) -> Iterator[Step]:
         history: Tensor | None = None
         for call in range(self.steps):
             logits = rows_of(predict, canvas, positions, gate)  # (n, V); guarded: every hole's too, by position
             # the call's own rows (or a copy cut from every row): the mask column is dropped in place
-            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id, copy=False).cpu()  # (n, V)
+            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id, copy=False)  # (n, V)
+            if "rng" not in state:
+                state["rng"] = sampling.generator_on(rows.device, rng)
             entropy = categorical_entropy(rows)  # (n,) as its generate computes it
             best = rows.argmax(-1)  # (n,)
             stable, history = self.stable(best, history)
@@ -99,17 +106,18 @@ class Renoise(Revising):
             # a token is drawn at every position, at the last call too, as its generate draws them; only those
             # accepted are read, so only theirs are made (the others' numbers are drawn past)
             take = torch.ones_like(best, dtype=torch.bool) if last else accept(entropy, self.bound)
-            drawn, probs = self.sample(rows, take if not last else None, rng)
+            drawn, probs = self.sample(rows, take if not last else None, state["rng"])
             ids = best if last else drawn
             canvas, step = self.commit(canvas, logits, positions, ids, take, rows, gate, state, number, True, probs)
             yield step
             if last:
-                torch.randint(0, rows.shape[-1], (len(positions),), generator=rng)  # the renoising its generate drops
+                gen = state["rng"]  # the renoising its generate drops
+                torch.randint(0, rows.shape[-1], (len(positions),), generator=gen, device=gen.device)
                 break
         while bool(canvas.holes[positions].any()):  # guarded: what the guard left of the argmax
             logits = rows_of(predict, canvas, positions, gate)  # the guard reads every hole
-            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id).cpu()  # (n, V)
-            holes = canvas.holes[positions]  # (n,)
+            rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id)  # (n, V)
+            holes = canvas.holes[positions].to(rows.device)  # (n,)
             canvas, step = self.commit(
                 canvas, logits, positions, rows.argmax(-1), holes, rows, gate, state, number, False
             )
@@ -120,7 +128,7 @@ class Renoise(Revising):
         if self.stability == 0:
             return True, None
         if history is None:
-            history = torch.full((self.stability, len(best)), -1, dtype=best.dtype)  # (S, n)
+            history = torch.full((self.stability, len(best)), -1, dtype=best.dtype, device=best.device)  # (S, n)
         same = bool((history == best[None]).all())
         history = torch.roll(history, shifts=-1, dims=0)
         history[-1] = best
@@ -131,17 +139,19 @@ class Renoise(Revising):
         T = 0; and softmax(rows[read]) when it was computed here (T = 1, float32 rows), for the commit scores.
 
         `read` (n,) bool: the rows whose token is read (None: none); the generator advances as for every row, but
-        only the read rows' numbers are made and only their tokens are drawn (the others' ids are -1)."""
+        only the read rows' tokens are drawn (the others' ids are -1); on the CPU only their numbers are made.
+        `rng` draws where `rows` are."""
         if self.temperature == 0:
             return rows.argmax(-1), None
-        read = torch.zeros(len(rows), dtype=torch.bool) if read is None else read
+        read = torch.zeros(len(rows), dtype=torch.bool, device=rows.device) if read is None else read
         picked = rows[read]  # (k, V): a row's softmax and draw do not depend on the other rows
         scaled = picked if self.temperature == 1 else picked / self.temperature
         probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)  # (k, V)
         # then probs is softmax(rows[read]) itself
         same = self.temperature == 1 and rows.dtype == torch.float32 and bool(read.any())
-        ids = torch.full((len(rows),), -1, dtype=torch.long)
-        ids[read] = multinomial_some(probs, read, rows.shape[-1], rng)
+        ids = torch.full((len(rows),), -1, dtype=torch.long, device=rows.device)
+        some = multinomial_some if rows.device.type == "cpu" else multinomial_all
+        ids[read] = some(probs, read, rows.shape[-1], rng)
         return ids, probs if same else None
 
     def commit(
@@ -153,7 +163,7 @@ class Renoise(Revising):
         take: Tensor,
         rows: Tensor,
         gate: object,
-        state: dict[str, int],
+        state: dict[str, Any],
         number: int,
         renew: bool,
         probs: Tensor | None = None,
@@ -164,7 +174,7 @@ class Renoise(Revising):
         canvas = canvas.reopen(back) if back.numel() else canvas
         pos, new = positions[take.to(positions.device)], ids[take].to(canvas.tokens.device)
         taken = torch.softmax(rows[take], dim=-1) if probs is None else probs  # (k, V)
-        scores = taken.gather(-1, ids[take][:, None]).squeeze(-1)  # (k,) their probability
+        scores = taken.gather(-1, ids[take][:, None]).squeeze(-1).to(positions.device)  # (k,) their probability
         if gate is not None and pos.numel():
             pos, new, scores = gate.admit(canvas.tokens, logits, pos, new, scores)
         canvas = canvas.fill(pos, new)
@@ -203,6 +213,13 @@ def multinomial_some(probs: Tensor, read: Tensor, vocab: int, rng: torch.Generat
         done = row + 1
     skip(rng, (len(read) - done) * vocab)
     return torch.div(probs, q, out=q).argmax(-1)
+
+
+def multinomial_all(probs: Tensor, read: Tensor, vocab: int, rng: torch.Generator) -> Tensor:
+    """multinomial_some's tokens, with every row's Exp(1) numbers made, all at once (n, vocab), as torch.multinomial
+    makes them: where drawing is cheap (a GPU) and advancing the generator past a row is not one of its operations."""
+    q = torch.empty((len(read), vocab), dtype=probs.dtype, device=probs.device).exponential_(1, generator=rng)
+    return torch.div(probs, q[read]).argmax(-1)
 
 
 def skip(rng: torch.Generator, count: int) -> None:
