@@ -16,6 +16,8 @@ real, the tokens mean nothing) it prints one JSON object (stdout) with, per shap
   its share of an uncached call; and of DiffusionGemma's sampler's own work in a call over those
   rows (`renoise`: entropies, acceptance, the accepted rows' sample), at this shape's vocabulary;
 - `guard`: the guard's ms per call in a guarded decode and its share of a call;
+- `renoise`: a short decode with DiffusionGemma's sampler on the device, unguarded and guarded (its calls
+  and ms per call): its rows and noise stay on the device, code only a device runs;
 - `serve`: requests and model calls per second through the server's queue and engine
   (serve/queue.py) at 1, 4 and 16 concurrent requests, the queue batching as many;
 - `peak_memory_mb`: the most GPU memory allocated while the shape ran (null on a CPU).
@@ -215,6 +217,19 @@ def guard(dlm: Dlm, args: Settings, call_ms: float) -> dict[str, Any]:
     return {"ms_per_call": round(ms, 3), "share_of_call": round(ms / call_ms, 4)}
 
 
+def renoise(dlm: Dlm, args: Settings) -> dict[str, Any]:
+    """A short decode with DiffusionGemma's sampler where the model is (4 calls a block, temperature 1), unguarded and
+    guarded: its calls and ms per call. Its rows stay on the device and its noise is drawn there, code that only a
+    device runs (decoders/renoise.py)."""
+    start = speed.canvas(dlm, args.prompt, args.gen)
+    out: dict[str, Any] = {}
+    for guarded in (False, True):
+        dec = decoders.build("renoise", {"block": args.block, "steps": 4, "guard": guarded})
+        row = speed.measure(dlm, "renoise", dec, start, args.prompt, "none", 0)
+        out["guarded" if guarded else "plain"] = {"ms_per_call": round(row.call_s * 1e3, 3), "calls": row.calls}
+    return out
+
+
 def serve(dlm: Dlm, args: Settings) -> dict[str, Any]:
     """Requests and model calls per second through the server's queue at each level of concurrency."""
     from dlmcode.serve.engine import Engine
@@ -257,6 +272,7 @@ def check(shape: str, args: Settings, deadline: float) -> dict[str, Any]:
         "calls": lambda d: calls(d, args),
         "sampler": lambda d: sampler(d, args, report["calls"]["none"]["ms_per_call"]),
         "guard": lambda d: guard(d, args, report["calls"]["none"]["ms_per_call"]),
+        "renoise": lambda d: renoise(d, args),
         "serve": lambda d: serve(d, args),
         "compiled": lambda d: compiled(d, args),
     }

@@ -32,6 +32,7 @@ def test_every_step_runs_for_both_shapes(report):
         assert shape["sampler"]["rows"] == 4 and shape["sampler"]["vocab"] == 4200
         assert 0 < shape["sampler"]["t1"]["share_of_call"] and "ms_per_call" in shape["guard"]
         assert 0 < shape["sampler"]["renoise"]["share_of_call"]
+        assert all(shape["renoise"][k]["calls"] >= 8 for k in ("plain", "guarded"))  # 2 blocks of 4 calls at least
         assert set(shape["serve"]) == {"1", "4", "16"}
         assert all(level["requests_per_s"] > 0 and level["calls_per_s"] > 0 for level in shape["serve"].values())
         assert shape["serve"]["16"]["mean_batch"] > 1  # concurrent requests shared forwards
@@ -40,7 +41,7 @@ def test_every_step_runs_for_both_shapes(report):
 def test_steps_past_the_budget_are_skipped_and_named():
     settings = gpu_check.Settings("cpu", "fp32", tiny=True, shapes=("llada-8b",), budget=0)
     (shape,) = gpu_check.run(settings)["shapes"]
-    assert shape["skipped"] == ["calls", "sampler", "guard", "serve", "compiled"]
+    assert shape["skipped"] == ["calls", "sampler", "guard", "renoise", "serve", "compiled"]
 
 
 def test_a_failing_step_is_reported_and_the_others_still_run(monkeypatch):
