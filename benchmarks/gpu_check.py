@@ -20,6 +20,8 @@ real, the tokens mean nothing) it prints one JSON object (stdout) with, per shap
   and ms per call): its rows and noise stay on the device, code only a device runs;
 - `serve`: requests and model calls per second through the server's queue and engine
   (serve/queue.py) at 1, 4 and 16 concurrent requests, the queue batching as many;
+- `decoders`: one short decode with every registered decoder on the device, its calls and ms per
+  call or its error (last: the deadline skips it first);
 - `peak_memory_mb`: the most GPU memory allocated while the shape ran (null on a CPU).
 
 Progress goes to stderr. Steps that would start past --budget seconds are skipped and named in
@@ -46,6 +48,7 @@ from dlmcode.bench import speed, standins
 from dlmcode.core import sampling
 from dlmcode.core.canvas import last
 from dlmcode.core.entry import one_command
+from dlmcode.core.errors import ModelError
 from dlmcode.models import cache as kvcache
 from dlmcode.models.base import Dlm
 
@@ -230,6 +233,27 @@ def renoise(dlm: Dlm, args: Settings) -> dict[str, Any]:
     return out
 
 
+def every_decoder(dlm: Dlm, args: Settings) -> dict[str, Any]:
+    """One short decode with each registered decoder on the device (block-sized settings, as `dlmcode speed` gives
+    them): its calls and ms per call, or its error. Code that picks devices is wrong until it has run on one."""
+    from dlmcode.bench.speed.timed import make_decoder
+
+    start = speed.canvas(dlm, args.prompt, args.gen)
+    out: dict[str, Any] = {}
+    for name in sorted(decoders.DECODERS):
+        try:
+            dec = make_decoder(name, args.block, dlm)
+        except ModelError as err:  # codila without an assistant for these random weights: not a device question
+            out[name] = {"skipped": str(err)[:300]}
+            continue
+        try:
+            row = speed.measure(dlm, name, dec, start, args.prompt, "none", 0)
+            out[name] = {"ms_per_call": round(row.call_s * 1e3, 3), "calls": row.calls}
+        except Exception as err:  # one decoder's failure is its own line; the others still run
+            out[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    return out
+
+
 def serve(dlm: Dlm, args: Settings) -> dict[str, Any]:
     """Requests and model calls per second through the server's queue at each level of concurrency."""
     from dlmcode.serve.engine import Engine
@@ -275,6 +299,7 @@ def check(shape: str, args: Settings, deadline: float) -> dict[str, Any]:
         "renoise": lambda d: renoise(d, args),
         "serve": lambda d: serve(d, args),
         "compiled": lambda d: compiled(d, args),
+        "decoders": lambda d: every_decoder(d, args),
     }
     for name, step in steps.items():
         if name == "compiled" and args.no_compile:

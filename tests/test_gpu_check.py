@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks import gpu_check
+from dlmcode import decoders
 
 TINY = ["--tiny", "--device", "cpu", "--dtype", "fp32", "--prompt", "24", "--gen", "8", "--block", "4"]
 
@@ -33,6 +34,10 @@ def test_every_step_runs_for_both_shapes(report):
         assert 0 < shape["sampler"]["t1"]["share_of_call"] and "ms_per_call" in shape["guard"]
         assert 0 < shape["sampler"]["renoise"]["share_of_call"]
         assert all(shape["renoise"][k]["calls"] >= 8 for k in ("plain", "guarded"))  # 2 blocks of 4 calls at least
+        assert set(shape["decoders"]) == set(decoders.DECODERS)
+        ran = {name: row for name, row in shape["decoders"].items() if "skipped" not in row}
+        assert set(shape["decoders"]) - set(ran) == {"codila"}  # no assistant for the random weights
+        assert all(row.get("calls", 0) >= 1 for row in ran.values()), ran
         assert set(shape["serve"]) == {"1", "4", "16"}
         assert all(level["requests_per_s"] > 0 and level["calls_per_s"] > 0 for level in shape["serve"].values())
         assert shape["serve"]["16"]["mean_batch"] > 1  # concurrent requests shared forwards
@@ -41,7 +46,7 @@ def test_every_step_runs_for_both_shapes(report):
 def test_steps_past_the_budget_are_skipped_and_named():
     settings = gpu_check.Settings("cpu", "fp32", tiny=True, shapes=("llada-8b",), budget=0)
     (shape,) = gpu_check.run(settings)["shapes"]
-    assert shape["skipped"] == ["calls", "sampler", "guard", "renoise", "serve", "compiled"]
+    assert shape["skipped"] == ["calls", "sampler", "guard", "renoise", "serve", "compiled", "decoders"]
 
 
 def test_a_failing_step_is_reported_and_the_others_still_run(monkeypatch):
