@@ -61,7 +61,7 @@ class Softmax(NamedTuple):
         return self.probs.gather(-1, ids.to(self.probs.device)[:, None]).squeeze(-1)
 
 
-def softmax64(logits: Tensor, dtype: torch.dtype = torch.float64) -> Softmax:
+def softmax_in(logits: Tensor, dtype: torch.dtype = torch.float64) -> Softmax:
     """The float64 softmax the references score confidence with: the bits of F.softmax(logits.to(float64))
     (tests/test_sampling.py), by torch's fused kernel (max, exp and sum, scale), which is also cheaper than an
     unnormalised exp(l - max l) and its sum made op by op (0.74-0.83x on this CPU at 4k-126k vocabularies).
@@ -86,7 +86,7 @@ def propose(
     `among` (n, where): these rows are rows `where` (H,) of n rows proposed together; the generator
     advances as for all n, and each row gets the number it would have had among them. `dtype`: the
     softmax's (the scores'); a sample is drawn in float64 whatever it is."""
-    soft = softmax64(logits, dtype)
+    soft = softmax_in(logits, dtype)
     ids = draw(logits, soft, temperature, rng, mask_id, among)  # (H,)
     conf = soft.probability(ids)  # (H,)
     if late_ids:
