@@ -130,3 +130,31 @@ def test_a_rejected_proposal_of_several_takes_a_less_likely_token_the_witness_ho
     )
     assert dict(zip(pos.tolist(), ids.tolist(), strict=True)) == {1: NEUTRAL, 2: NEUTRAL}
     assert session.stats.rejected == 1 and session.stats.replaced == 1 and balanced(session.witness) == 0
+
+
+@pytest.mark.parametrize(("second", "widest"), [(2.8, guard.SWEPT), (0.0, 6)])
+def test_fillers_are_swept_beyond_a_cut_of_many_proposals_only_where_the_model_is_sure_of_them(
+    second, widest, monkeypatch
+):
+    # six OPENs no witness closes (the fillers are NEUTRAL only): every cut of `together` fails its own check.
+    # Fillers are swept beyond a cut of more than SWEPT proposals only where the model's mean probability of them is
+    # at least SURE: 0.55 here when NEUTRAL is a close second (the cuts of 6 and 5 cost one check each), 0.95 when
+    # it is far (every cut swept). Beside the built-in model such sweeps nearly never passed (docs/guard.md).
+    swept: list[int] = []
+    pos = torch.arange(1, 7)
+    sweep = guard.Session.sweep
+
+    def spy(self, fixed, draft, budget=0, held=None):
+        if budget == guard.TOGETHER:
+            swept.append(int(held[pos].sum()))
+        return sweep(self, fixed, draft, budget, held)
+
+    monkeypatch.setattr(guard.Session, "sweep", spy)
+    canvas = torch.tensor([OPEN] + [MASK] * 8 + [CLOSE])
+    first = torch.tensor([OPEN] + [NEUTRAL] * 8 + [CLOSE])
+    session = guard.Guard(balanced, first, MASK, lambda *_: ("", ""), lambda b, a, n: [[NEUTRAL] * n]).begin(canvas)
+    logits = sure_of([OPEN] * 7 + [NEUTRAL, NEUTRAL, CLOSE])  # the draft opens at every proposal
+    logits[1:7, NEUTRAL] = second  # the model's next choice there: what the witness holds
+    got, ids, _ = session.admit(canvas, logits, pos, torch.full((6,), OPEN), torch.linspace(0.9, 0.4, 6))
+    assert max(swept) == widest and min(swept) == 2  # the cuts of 4, 3 and 2 are swept either way
+    assert set(ids.tolist()) == {NEUTRAL} and session.stats.rejected >= 1 and balanced(session.witness) == 0
