@@ -158,3 +158,24 @@ def test_fillers_are_swept_beyond_a_cut_of_many_proposals_only_where_the_model_i
     got, ids, _ = session.admit(canvas, logits, pos, torch.full((6,), OPEN), torch.linspace(0.9, 0.4, 6))
     assert max(swept) == widest and min(swept) == 2  # the cuts of 4, 3 and 2 are swept either way
     assert set(ids.tolist()) == {NEUTRAL} and session.stats.rejected >= 1 and balanced(session.witness) == 0
+
+
+@pytest.mark.parametrize("decoder", ["codila", "syntax-guard"])
+def test_a_guarded_decode_computes_the_spans_rows_not_the_users_code(decoder, shipped):
+    # the guard drafts every hole, and syntax-guard may reopen what it committed: the output head runs on the span's
+    # rows only, never on the code around it (here 31 rows, not 507)
+    asked: list[int] = []
+    predict = shipped.predict
+
+    def rows_only(tokens, rows=None):
+        asked.append(len(tokens) if rows is None else len(rows))
+        return predict(tokens, rows)
+
+    rows_only.takes_rows = True
+    dlm = dataclasses.replace(shipped, predict=rows_only, cached=None, forward_batch=None)
+    run = RunSettings(decoder=decoder, options={"guard": "true"}, lang="python")
+    job = fill.infill_job(TEXT, (34, 36), dlm, run)
+    span = len(job.plan.positions[0])
+    result = job.run()
+    assert result.guard is not None and not syntax.breakage(TEXT, result.text, "python").broken
+    assert asked and max(asked) <= span < len(job.plan.canvas.tokens) // 4, (asked, span)

@@ -27,7 +27,7 @@ from ..core import sampling
 from ..core.assistant import TRAIN_HINT, Assistant, decode, marginals
 from ..core.canvas import At, Canvas, Predict, Step, logits_at
 from ..core.errors import ModelError
-from .base import BaseDecoder, check, open_gate, setting
+from .base import BaseDecoder, check, open_gate, setting, with_holes
 from .threshold import select as threshold_select
 
 
@@ -83,12 +83,12 @@ class Codila(BaseDecoder):
             yield Step(index, canvas, pos, scores, index + 1, {"assistant": float(from_assistant)})
 
 
-def read(predict: Predict, canvas: Canvas, blocks: list[Tensor], every: bool) -> Tensor | At:
-    """The logits of the window's holes, read by position (every row for a guarded decode: the guard drafts every
-    hole)."""
-    if every:
-        return predict(canvas.tokens)  # (L, V)
+def read(predict: Predict, canvas: Canvas, blocks: list[Tensor], every: bool) -> At:
+    """The logits of the window's holes, read by position (`every` hole's too for a guarded decode: the guard drafts
+    every hole; never the user's code around them)."""
     rows = torch.cat(blocks)  # (H,) in position order
+    if every:
+        return with_holes(predict, canvas, rows)
     return At(logits_at(predict, canvas.tokens, rows), rows, len(canvas.tokens))
 
 

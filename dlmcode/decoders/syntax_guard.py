@@ -40,7 +40,7 @@ from torch import Tensor
 from ..core import sampling
 from ..core.canvas import Canvas, Predict, Step
 from ..core.contracts import Oracle
-from .base import BaseDecoder, blocks, check, open_gate, setting
+from .base import BaseDecoder, blocks, check, open_gate, setting, with_holes
 
 EMPTY = torch.empty(0, dtype=torch.long)
 
@@ -134,7 +134,8 @@ class Run:
     def step(self, canvas: Canvas, positions: Tensor, info: dict) -> Iterator[Step]:
         """One call: draft, ask the oracle, reopen persisting errors, commit safe proposals; returns the new canvas."""
         d = self.decoder
-        logits = self.predict(canvas.tokens)  # (L, V)
+        # by position: the span's rows (the holes it drafts, the commits it may reopen), not the user's code's
+        logits = with_holes(self.predict, canvas, canvas.writable.nonzero().squeeze(-1))
         self.calls += 1
         device = canvas.tokens.device
         holes = canvas.holes.nonzero().squeeze(-1)  # (H,) every hole: the draft covers the whole span
