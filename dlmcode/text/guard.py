@@ -377,10 +377,10 @@ class Session(Search):
                 if self.passes(kept):
                     found = kept
                 else:  # fillers beyond the cut: around a few proposals, or many the model is sure of
-                    few = int(take.sum()) <= SWEPT
-                    if not few and sure is None:
-                        sure = self.likely(logits, pos, ids)
-                    swept = few or float(sure[rest[take]].mean()) >= SURE  # type: ignore[index]
+                    swept = int(take.sum()) <= SWEPT
+                    if not swept:
+                        sure = self.likely(logits, pos, ids) if sure is None else sure
+                        swept = float(sure[rest[take]].mean()) >= SURE
                     found = self.sweep(fixed, draft, TOGETHER, held) if swept else None
                 if found is not None:
                     self.witness = found
