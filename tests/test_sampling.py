@@ -321,3 +321,27 @@ def test_argmax_without_skips_the_mask_token_and_leaves_the_logits_as_they_were(
     rows = logits[torch.tensor([True, False, True])]  # a copy: copy=False edits it and nothing else
     assert sampling.without(rows, 1, copy=False) is rows and rows[:, 1].isinf().all() and torch.equal(logits, kept)
     assert sampling.without(logits, 1) is not logits and torch.equal(logits, kept)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("vocab", [4096, 4097, 126464, 151936])
+def test_the_two_level_argmax_gives_torch_s_index_on_ties_nan_and_impossible_rows(dtype, vocab):
+    """sampling.argmax takes each run's maximum first: the same index as torch's argmax wherever it lies, on a tie
+    (the first), in a row with a NaN (the first NaN, as torch's), in a row of -inf (0), at the last, shorter run."""
+    rows = (torch.randn(24, vocab, generator=torch.Generator().manual_seed(vocab)) * 4).to(dtype)
+    assert rows.numel() >= sampling.SMALL  # the two-level path, not torch's own
+    rows[:, 1] = float("-inf")
+    rows[0, 5] = rows[0, 900] = 1e4  # a tie across runs: the first
+    rows[1, 70] = rows[1, 71] = 1e4  # a tie inside a run
+    rows[2] = float("-inf")
+    rows[3, 9], rows[3, 3000] = float("nan"), 1e4  # torch's argmax takes the NaN
+    rows[4, -1] = 1e4  # the last column, in the last run (shorter where vocab % RUN)
+    rows[5, vocab - sampling.RUN - 1] = 1e4
+    rows[6, 10], rows[6, 2000] = 1e4, float("nan")  # the NaN after the maximum: still the NaN
+    assert torch.equal(sampling.argmax(rows), rows.argmax(-1))
+    assert sampling.argmax(rows).tolist()[:7] == [5, 70, 0, 9, vocab - 1, vocab - sampling.RUN - 1, 2000]
+    values, indices = sampling.max_of(rows)
+    theirs = rows.max(-1)
+    assert torch.equal(indices, theirs.indices) and torch.equal(values.isnan(), theirs.values.isnan())
+    assert torch.equal(values.nan_to_num(), theirs.values.nan_to_num())
+    assert torch.equal(sampling.argmax(rows.t().contiguous().t()), rows.argmax(-1))  # strided: torch's own

@@ -148,7 +148,7 @@ def margins(logits: Tensor, ids: Tensor, conf: Tensor) -> Tensor:
     The proposal's probability is `conf`, so a late token (conf 0) gets margin -inf.
     """
     logp = sampling.log_probs(logits)  # (H, V)
-    rival = logp.scatter(-1, ids[:, None], float("-inf")).max(-1).values  # (H,)
+    rival = logp.scatter(-1, ids[:, None], float("-inf")).amax(-1)  # (H,)
     return conf.double().log() - rival  # (H,)
 
 

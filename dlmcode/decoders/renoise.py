@@ -100,7 +100,7 @@ class Renoise(Revising):
             if "rng" not in state:
                 state["rng"] = sampling.generator_on(rows.device, rng)
             entropy = categorical_entropy(rows)  # (n,) as its generate computes it
-            best = rows.argmax(-1)  # (n,)
+            best = sampling.argmax(rows)  # (n,)
             stable, history = self.stable(best, history)
             last = call == self.steps - 1 or (stable and bool(entropy.mean() < self.confidence))
             # a token is drawn at every position, at the last call too, as its generate draws them; only those
@@ -119,7 +119,7 @@ class Renoise(Revising):
             rows = sampling.without(block_rows(logits, positions, gate), canvas.mask_id)  # (n, V)
             holes = canvas.holes[positions].to(rows.device)  # (n,)
             canvas, step = self.commit(
-                canvas, logits, positions, rows.argmax(-1), holes, rows, gate, state, number, False
+                canvas, logits, positions, sampling.argmax(rows), holes, rows, gate, state, number, False
             )
             yield step
 
@@ -142,7 +142,7 @@ class Renoise(Revising):
         only the read rows' tokens are drawn (the others' ids are -1); on the CPU only their numbers are made.
         `rng` draws where `rows` are."""
         if self.temperature == 0:
-            return rows.argmax(-1), None
+            return sampling.argmax(rows), None
         read = torch.zeros(len(rows), dtype=torch.bool, device=rows.device) if read is None else read
         picked = rows[read]  # (k, V): a row's softmax and draw do not depend on the other rows
         scaled = picked if self.temperature == 1 else picked / self.temperature
@@ -197,7 +197,7 @@ def multinomial_one(probs: Tensor, rng: torch.Generator) -> Tensor:
     Exp(1) number per entry from `rng`, then argmax(probs / q), without its checks of the whole input
     (tests/test_diffusion_gemma.py holds it to torch.multinomial and to transformers' generate)."""
     q = torch.empty_like(probs).exponential_(1, generator=rng)  # (n, V)
-    return torch.div(probs, q, out=q).argmax(-1)
+    return sampling.argmax(torch.div(probs, q, out=q))
 
 
 def multinomial_some(probs: Tensor, read: Tensor, vocab: int, rng: torch.Generator) -> Tensor:
@@ -212,14 +212,14 @@ def multinomial_some(probs: Tensor, read: Tensor, vocab: int, rng: torch.Generat
         q[r].exponential_(1, generator=rng)
         done = row + 1
     skip(rng, (len(read) - done) * vocab)
-    return torch.div(probs, q, out=q).argmax(-1)
+    return sampling.argmax(torch.div(probs, q, out=q))
 
 
 def multinomial_all(probs: Tensor, read: Tensor, vocab: int, rng: torch.Generator) -> Tensor:
     """multinomial_some's tokens, with every row's Exp(1) numbers made, all at once (n, vocab), as torch.multinomial
     makes them: where drawing is cheap (a GPU) and advancing the generator past a row is not one of its operations."""
     q = torch.empty((len(read), vocab), dtype=probs.dtype, device=probs.device).exponential_(1, generator=rng)
-    return torch.div(probs, q[read]).argmax(-1)
+    return sampling.argmax(torch.div(probs, q[read]))
 
 
 def skip(rng: torch.Generator, count: int) -> None:

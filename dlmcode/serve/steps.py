@@ -113,7 +113,7 @@ def only_ends(remember: Remember, canvas: Canvas, end_ids: tuple[int, ...]) -> b
 def best(remember: Remember, canvas: Canvas) -> Tensor:
     """(h,) the argmax of the last logits at each hole, never the mask token."""
     rows = remember.at(canvas.holes.nonzero().squeeze(-1))  # (h, V)
-    return sampling.without(rows, canvas.mask_id).argmax(-1).cpu()  # (h,)
+    return sampling.argmax(sampling.without(rows, canvas.mask_id)).cpu()  # (h,)
 
 
 def commit_rest(step: Step, ids: Tensor, settle: Callable[[Tensor, Tensor], Tensor] | None = None) -> Step:
