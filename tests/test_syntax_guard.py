@@ -328,3 +328,32 @@ def test_a_comment_start_pick_waits_while_the_other_picks_go():
     assert trace(steps) == [([2, 4, 5], []), ([3], [])]
     plain = SyntaxGuard(spread=False, completer=guard.Guard(brackets, witness, MASK))  # no comment starts known
     assert trace(decode(plain, start, lambda tokens: rows_for(picks, len(tokens)))) == [([2, 3, 4, 5], [])]
+
+
+def test_the_picks_a_waiting_comment_start_would_hold_wait_with_it():
+    # holes 2..6; 3 proposes a comment start (HASH), 5 a newline (NL). Committed now, 4 would be judged as the
+    # comment's text (the draft holds HASH before it on its line) and would tie 3 to a comment for good: it waits with
+    # 3 while 2, 5 and 6 go. Call 2 the model proposes code at 3: 3 and 4 are committed as code, the fill holds no
+    # comment. Without token texts (no line to read) 4 goes in call 1, as before.
+    hash_, nl = 9, 1
+    first = {2: {NEUTRAL: 12.0}, 3: {hash_: 11.0}, 4: {NEUTRAL: 10.0}, 5: {nl: 9.5}, 6: {NEUTRAL: 9.0}}
+    later = {3: {NEUTRAL: 11.0}, 4: {NEUTRAL: 10.0}}
+    texts = {hash_: " #", nl: "\n"}
+    tokenizer = SimpleNamespace(decode=lambda ids: "".join(texts.get(t, " x") for t in ids))
+    start = canvas(5)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+
+    def run(fit):
+        calls = []
+
+        def predict(tokens):
+            calls.append(1)
+            return rows_for([first, later][min(len(calls), 2) - 1], len(tokens))
+
+        sg = SyntaxGuard(spread=False, completer=guard.Guard(brackets, witness, MASK, fit=fit))
+        return decode(sg, start, predict)
+
+    steps = run(SimpleNamespace(escape=lambda t: t == hash_, tokenizer=tokenizer))
+    assert trace(steps) == [([2, 5, 6], []), ([3, 4], [])]
+    assert steps[-1].canvas.tokens[2:7].tolist() == [NEUTRAL, NEUTRAL, NEUTRAL, nl, NEUTRAL]
+    assert trace(run(SimpleNamespace(escape=lambda t: t == hash_))) == [([2, 4, 5, 6], []), ([3], [])]

@@ -8,7 +8,9 @@ be filled so that the file parses. It commits the model's own tokens only: a pic
 waits for a later call (the guard is not asked for a less likely stand-in: a one-token decoder would commit
 another hole's own token first), and other holes of the block are offered in its place once; a stand-in
 is committed only when no hole's own token fits (`Run.admit`). A pick that starts a comment waits while
-the other picks go (committed with them, it would hold whatever follows it on its line).
+the other picks go (committed with them, it would hold whatever follows it on its line), and so do the picks
+after it on its line: committed before it, they would be judged as its comment's text and tie the line to a
+comment for good, even once the model wants code there (`Run.outside`).
 
 `spread` was on until issue 26's fifth round: on 100 humaneval-infill-single tasks it took 3.72 calls for
 a 9.5-token line (TPF 2.55), once the guard no longer let a comment it put in a hole hold the model's
@@ -169,11 +171,12 @@ class Run:
         own token fits; so those wait, and as many other holes of the block (the most confident, spread out, none
         whose token starts a comment) are offered once. A less likely token is committed only when neither offer
         admits any of the model's own. A pick that starts a comment waits while other picks go: committed with
-        them, it would hold whatever follows it on its line (the model's junk as much as its code)."""
+        them, it would hold whatever follows it on its line (the model's junk as much as its code); the picks it would
+        hold wait with it (`outside`)."""
         own = dict(zip(holes.tolist(), ids.tolist(), strict=True))
         escape = getattr(self.gate, "escape", None)  # a comment start fits anywhere: never offered for that alone
         plain = torch.tensor([escape is None or not escape(t) for t in ids.tolist()], dtype=torch.bool)  # (H,)
-        plain = plain.to(holes.device)
+        plain = plain.to(holes.device) & self.outside(canvas, holes, ids, plain)
         if bool(plain[chosen].any()):
             chosen = chosen[plain[chosen]]
         first = self.gate.admit(canvas.tokens, logits, holes[chosen], ids[chosen], conf[chosen], own=True)
@@ -202,6 +205,20 @@ class Run:
             return kept
         top = chosen[conf[chosen].argmax()].view(1)  # no own token fits: what the guard puts at the best pick
         return self.gate.admit(canvas.tokens, logits, holes[top], ids[top], conf[top])
+
+    def outside(self, canvas: Canvas, holes: Tensor, ids: Tensor, plain: Tensor) -> Tensor:
+        """(H,) bool: the holes outside every comment that a waiting comment start of the model's (a hole whose own
+        token opens one: not `plain`) would open in the draft. Committed before it, their tokens would be checked
+        as comment text, and the comment start could no longer be changed for code."""
+        commented = getattr(self.gate, "commented", None)
+        if commented is None or bool(plain.all()):
+            return torch.ones_like(plain)
+        draft = canvas.tokens.clone()
+        draft[holes] = ids.to(draft.device)
+        inside: set[int] = set()
+        for h in holes[~plain].tolist():
+            inside |= commented(draft.cpu(), int(h))
+        return torch.tensor([h not in inside for h in holes.tolist()], dtype=torch.bool, device=plain.device)
 
     def flags(self, canvas: Canvas, holes: Tensor, ids: Tensor) -> Tensor:
         """(L,) bool: span positions the oracle puts in new errors of the draft (none without an oracle)."""

@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -458,24 +458,42 @@ class Session(Search):
         it holds what follows it, as a committed or proposed one does, and a comment line is decoded in any order."""
         if self.held is None or not hasattr(self.guard.fit, "escape") or not hasattr(self.guard.fit, "tokenizer"):
             return False  # no comment starts known (a toy language)
-        ids, held, decode = canvas.tolist(), self.held.tolist(), self.guard.fit.tokenizer.decode
+        ids, held = canvas.tolist(), self.held.tolist()
         own = self.drafted.tolist() if self.drafted is not None else [None] * len(ids)
-        text = lambda t: self.ends[t] if t in self.ends else self.ends.setdefault(t, decode([t]))  # noqa: E731
         free = (~self.held).nonzero().squeeze(-1).tolist()
         escape = self.guard.fit.escape  # bound once: this is read at every check, for every hole left
-        for p in [p for p in free if ids[p] != own[p] and escape(ids[p])]:
-            mark = text(ids[p])
-            close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
-            if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
-                continue  # it ends inside its own token
-            for q in range(p + 1, len(ids)):  # a `#` in a string counts too: costs a candidate, never validity
-                piece = text(ids[q])
-                cut = piece.find(close)
-                if held[q] and (cut < 0 or piece[:cut].strip()):
-                    return True
-                if cut >= 0:
-                    break
-        return False
+        starts = [p for p in free if ids[p] != own[p] and escape(ids[p])]
+        return any(held[q] for p in starts for q in self.covered(ids, p))  # a `#` in a string counts too: a candidate
+
+    def commented(self, tokens: Tensor, start: int) -> set[int]:
+        """The positions of `tokens` that the comment the token at `start` opens holds (`covered`); none where the
+        language has no comment starts known."""
+        if not hasattr(self.guard.fit, "tokenizer"):
+            return set()
+        return set(self.covered(tokens.tolist(), start))
+
+    def covered(self, ids: list[int], start: int) -> Iterator[int]:
+        """The positions after `start` that the comment its token opens holds: to the end of its line (a block
+        comment's: to its close), the token holding the end too when text comes before the end in it; none when it
+        ends inside its own token."""
+        mark = self.text(ids[start])
+        close = "*/" if "/*" in mark and "//" not in mark.split("/*")[0] else "\n"
+        if close in mark[max(mark.find("#"), mark.find("//"), mark.find("/*")) :]:
+            return
+        for q in range(start + 1, len(ids)):
+            piece = self.text(ids[q])
+            cut = piece.find(close)
+            if cut < 0 or piece[:cut].strip():
+                yield q
+            if cut >= 0:
+                return
+
+    def text(self, token: int) -> str:
+        """A token's text, read once a decode."""
+        found = self.ends.get(token)
+        if found is None:
+            found = self.ends[token] = self.guard.fit.tokenizer.decode([token])
+        return found
 
     def adopt(self, tokens: Tensor, logits: Tensor) -> bool:
         """A witness from this call's draft (whole, or with fillers in some runs of holes); False: none yet.
