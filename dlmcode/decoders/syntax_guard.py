@@ -213,11 +213,11 @@ class Run:
         commented = getattr(self.gate, "commented", None)
         if commented is None or bool(plain.all()):
             return torch.ones_like(plain)
-        draft = canvas.tokens.clone()
-        draft[holes] = ids.to(draft.device)
+        draft = canvas.tokens.cpu().clone()
+        draft[holes.cpu()] = ids.cpu()
         inside: set[int] = set()
         for h in holes[~plain].tolist():
-            inside |= commented(draft.cpu(), int(h))
+            inside |= commented(draft, int(h))
         return torch.tensor([h not in inside for h in holes.tolist()], dtype=torch.bool, device=plain.device)
 
     def flags(self, canvas: Canvas, holes: Tensor, ids: Tensor) -> Tensor:
