@@ -215,9 +215,7 @@ class Run:
             return torch.ones_like(plain)
         draft = canvas.tokens.cpu().clone()
         draft[holes.cpu()] = ids.cpu()
-        inside: set[int] = set()
-        for h in holes[~plain].tolist():
-            inside |= commented(draft, int(h))
+        inside = commented(draft, holes[~plain].tolist())
         return torch.tensor([h not in inside for h in holes.tolist()], dtype=torch.bool, device=plain.device)
 
     def flags(self, canvas: Canvas, holes: Tensor, ids: Tensor) -> Tensor:

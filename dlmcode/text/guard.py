@@ -168,7 +168,7 @@ class Session(Search):
         self.drafted: Tensor | None = None  # (L,) this call's draft: a comment start the model itself puts there
         self.read: tuple[Tensor, Tensor] | None = None  # this call's canvas and logits, for its draft's `second`
         self.seconded: Tensor | None = None  # the second reading made of them (None: not yet or none)
-        self.ends: dict[int, str] = {}  # token -> its text, read for `hides`
+        self.ends: dict[int, str] = {}  # token -> its text (`text`), read for `hides` and `commented`
 
     def admit(
         self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor, scores: Tensor, own: bool = False
@@ -465,12 +465,13 @@ class Session(Search):
         starts = [p for p in free if ids[p] != own[p] and escape(ids[p])]
         return any(held[q] for p in starts for q in self.covered(ids, p))  # a `#` in a string counts too: a candidate
 
-    def commented(self, tokens: Tensor, start: int) -> set[int]:
-        """The positions of `tokens` that the comment the token at `start` opens holds (`covered`); none where the
+    def commented(self, tokens: Tensor, starts: list[int]) -> set[int]:
+        """The positions of `tokens` that the comments the tokens at `starts` open hold (`covered`); none where the
         language has no comment starts known."""
         if not hasattr(self.guard.fit, "tokenizer"):
             return set()
-        return set(self.covered(tokens.tolist(), start))
+        ids = tokens.tolist()
+        return {q for start in starts for q in self.covered(ids, start)}
 
     def covered(self, ids: list[int], start: int) -> Iterator[int]:
         """The positions after `start` that the comment its token opens holds: to the end of its line (a block
