@@ -3,9 +3,12 @@ refuses, and every bridge it proposes makes the file compile."""
 
 from __future__ import annotations
 
+import sysconfig
+from pathlib import Path
+
 import pytest
 
-from dlmcode.text import pylines, pyshape
+from dlmcode.text import pyahead, pylines, pyshape
 
 
 def errors(text: str) -> int:
@@ -65,3 +68,56 @@ def test_an_item_cut_inside_brackets_gets_an_expression_that_parses():
     before, after = "d = {\n    'a': 1,\n    'b':", "\n    'c': 3,\n}\n"
     found = pyshape.inline(before, after)
     assert found and all(_compiles(before + s + " " + e + after) for s, e in found)
+
+
+def _stdlib(*names: str) -> list[str]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return [(root / name).read_text() for name in names if (root / name).exists()]
+
+
+def test_a_line_feeds_as_its_skeleton_from_every_shape():
+    """What the lines after a hole share (pyahead's `_ahead`, `read_tail`): every logical line of real files, and
+    every line a tail's starts make, fed to shapes from all over those files (at their top and not), leaves the
+    shape its skeleton leaves, so one Ahead per skeleton replays as the lines themselves would."""
+    texts = _stdlib("queue.py", "textwrap.py", "contextlib.py") + [
+        "def f(a):\n    while a:\n        try:\n            break\n        except E:\n            continue\n"
+        "        else:\n            return a\n    for b in a: pass\n    else: yield b\n"
+    ]
+    assert len(texts) >= 2
+    found = [line for text in texts for line in pyshape.lines(text)]
+    found += [line for code in ("x)", "y] = 1", "a, b):", "") for _, line in pyahead._starts(code)]
+    shapes = []
+    for text in texts:
+        for top in (True, False):
+            shape = pylines.Shape(top=top)
+            for k, line in enumerate(pyshape.lines(text)):
+                if k % 7 == 0:
+                    shapes.append(shape.copy())
+                shape.feed(line)
+    words = {line.word for line in found}
+    assert {"return", "break", "continue", "else", "except", "finally", "elif", "try", "def"} <= words
+    changed = 0
+    for line in found[::3]:
+        bare = pylines.skeleton(line)
+        changed += bare != line
+        read = lambda x: (x.indent, x.word if x.word in pylines.READ else bool(x.word), x.head)  # noqa: E731
+        assert read(bare) == read(line)
+        for shape in shapes[::5]:
+            a, b = shape.copy().feed(line), shape.copy().feed(bare)
+            assert (a.key(), a.errors, a.end()) == (b.key(), b.errors, b.end()), (line, bare)
+    assert changed > len(found[::3]) // 2  # most lines are read as less than they say
+
+
+def test_tails_that_read_the_same_share_their_endings():
+    """Two holes' last lines that differ only inside their expression read as one tail, and `_endings` of it are
+    those of each tail's own starts."""
+    a, b = pylines.Line("", "foo(bar, 1)"), pylines.Line("", "baz(qux, 22)")
+    assert pyahead.read_tail(a) == pyahead.read_tail(b)
+    assert pyahead.read_tail(pylines.Line("", "x):")) != pyahead.read_tail(a)
+    assert pyahead.read_tail(None) is None
+    rest = pyahead._ahead(tuple(pyshape.lines("    y = 2\n    return y\n")))
+    shape = pylines.replay(pyshape.lines("def f(x):\n    if x:\n        z = 1\n"), pylines.Shape(top=True))
+    assert list(rest.endings(shape, pyahead.read_tail(a), "    ", False)) == list(
+        rest.endings(shape, pyahead.read_tail(b), "    ", False)
+    )
+    assert list(rest.endings(shape, pyahead.read_tail(a), "    ", False))  # some start fits

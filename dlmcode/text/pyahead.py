@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .pylines import Line, Shape, _lead, _openers, parses
+from .pylines import Line, Shape, _lead, _openers, parses, skeleton
 
 MEMO = 4096  # shapes remembered per run of lines after a hole
 TAILS = (
@@ -31,9 +31,10 @@ TAILS = (
 )
 
 
-def _middles(shape: Shape, blank: str | None, tail: Line | None, rest: Ahead, whole: bool) -> Iterator[tuple[str, str]]:
+def _middles(shape: Shape, blank: str | None, tail: Tail, rest: Ahead, whole: bool) -> Iterator[tuple[str, str]]:
     """(lines, ending) after the fixed head: the lines, then the start of the hole's last line, for which the
-    code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed)."""
+    code after replays cleanly. `blank`: the hole's own line, blank so far (its indentation may be typed); `tail`:
+    what is read of the rest of that line (`read_tail`)."""
     own = shape.step()
     for step in dict.fromkeys([own, rest.step or own]):  # the code after may indent by another step than above
         for planned, now in _planned(shape, step):
@@ -118,26 +119,40 @@ def _chains(
             yield lines_ + chain + [level + step * depth + "pass"]
 
 
-def _endings(shape: Shape, tail: Line | None, rest: Ahead, step: str, whole: bool, base: int) -> Iterator[str]:
+def _endings(shape: Shape, tail: Tail, rest: Ahead, step: str, whole: bool, base: int) -> Iterator[str]:
     """The end of the fill: nothing (the hole ends its line), or a new line's indentation and the start of a
-    statement that the rest of the hole's last line (`tail`) finishes, at each level that replays cleanly."""
+    statement that the rest of the hole's last line finishes (`tail`: its `read_tail`), at each level that
+    replays cleanly."""
     if tail is None:
         if rest.clean(shape, whole, base):
             yield ""
         return
     levels = shape.levels() or [shape.blocks[-1].head + step]
     key = shape.key()
-    for start, line in _starts(tail.code):
+    lead, starts = tail
+    for start, line in starts:
         for level in levels:
             if start:
                 indent = level
-            elif level.endswith(tail.indent) and len(level) >= len(tail.indent):
-                indent = level[: len(level) - len(tail.indent)]
+            elif level.endswith(lead) and len(level) >= len(lead):
+                indent = level[: len(level) - len(lead)]
             else:
                 continue
             if rest.clean_after(shape, key, level, line, whole, base):
                 yield "\n" + indent + start
                 break
+
+
+Tail = tuple[str, tuple[tuple[str, Line], ...]] | None  # what `_endings` reads of the rest of a hole's last line
+
+
+@functools.lru_cache(maxsize=1024)
+def read_tail(tail: Line | None) -> Tail:
+    """What `_endings` reads of `tail` (the rest of the hole's last line; None: the hole ends its line): its
+    indentation, and each start of a statement that finishes it with the line they make, as `feed` reads that
+    line (`skeleton`). Tails that read the same (the other holes' drafts on the line, from one call to the next)
+    share their middles and endings."""
+    return None if tail is None else (tail.indent, tuple((start, skeleton(line)) for start, line in _starts(tail.code)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -176,9 +191,10 @@ class Ahead:
                 best = high[len(low) :]
         return best
 
-    def middles(self, shape: Shape, blank: str | None, tail: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
+    def middles(self, shape: Shape, blank: str | None, line: Line | None, whole: bool) -> Iterable[tuple[str, str]]:
         """`_middles` of these lines, each shape's read once (lazily: as far as a bridge has asked); the errors
         `shape` counted before do not change them."""
+        tail = read_tail(line)  # `line`: the rest of the hole's last line (None: it ends the line)
         key = (shape.key(), blank, tail, whole)
         found = self.found.get(key)
         if found is None:
@@ -191,7 +207,7 @@ class Ahead:
         """Whether the lines replay from `shape` with `base` errors in all (at the end of the file when `whole`)."""
         return self.errors(shape, whole) == base
 
-    def endings(self, shape: Shape, tail: Line | None, step: str, whole: bool) -> Iterable[str]:
+    def endings(self, shape: Shape, tail: Tail, step: str, whole: bool) -> Iterable[str]:
         """`_endings` of these lines after `shape` with no new error, each shape's read once (lazily); the errors
         counted before do not change them."""
         key = (shape.key(), tail, step, whole)
@@ -311,7 +327,10 @@ KEPT = 64  # Aheads a thread keeps
 
 
 def _ahead(lines_: tuple[Line, ...]) -> Ahead:
-    """One Ahead per run of lines (the code after a hole stays while the decode writes before it)."""
+    """One Ahead per run of lines (the code after a hole stays while the decode writes before it), as `feed` reads
+    them (`skeleton`: an Ahead reads its lines by feeding them and by their indentation only, so the lines of two
+    drafts that differ only inside their statements share one Ahead and every replay it remembers)."""
+    lines_ = tuple(map(skeleton, lines_))
     kept = AHEADS.__dict__.setdefault("kept", {})
     found = kept.get(lines_)
     if found is None:

@@ -189,6 +189,20 @@ def kind_of(word: str, prev: Block | None) -> str:
     return word if word in NEXT or word in ("def", "async") else ""
 
 
+READ = frozenset((*NEXT, *CONTINUATIONS, "def", "async", "return", "break", "continue"))  # the words `feed` tells apart
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def skeleton(line: Line) -> Line:
+    """What `Shape.feed` reads of `line`, as a line: its indentation, its first word where `feed` tells that word from
+    others (`READ`; any other word is `x`), and whether it is a head. Every shape feeds it as it feeds `line` (the
+    same blocks, base, errors and inline), so lines after a hole that differ only inside their statements (the
+    draft of other holes, from one call to the next) replay as one (text/pyahead.py's `_ahead`)."""
+    word = line.word
+    code = (word if word in READ else "x" if word else "") + (":" if line.head else "")
+    return line if code == line.code else Line(line.indent, code)
+
+
 def replay(found: list[Line], shape: Shape | None = None) -> Shape:
     shape = shape if shape is not None else Shape()
     for line in found:
