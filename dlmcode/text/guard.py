@@ -458,11 +458,16 @@ class Session(Search):
         it holds what follows it, as a committed or proposed one does, and a comment line is decoded in any order."""
         if self.held is None or not hasattr(self.guard.fit, "escape") or not hasattr(self.guard.fit, "tokenizer"):
             return False  # no comment starts known (a toy language)
-        ids, held = canvas.tolist(), self.held.tolist()
-        own = self.drafted.tolist() if self.drafted is not None else [None] * len(ids)
-        free = (~self.held).nonzero().squeeze(-1).tolist()
+        tokens = canvas.cpu().numpy()  # read at every check: numpy's operations cost a fraction of torch's here
+        free = ~self.held.cpu().numpy()  # the holes, where a comment start would be the search's
+        if self.drafted is not None:
+            free &= tokens != self.drafted.cpu().numpy()  # ... unless the model itself put it there
+        at = free.nonzero()[0]
         escape = self.guard.fit.escape  # bound once: this is read at every check, for every hole left
-        starts = [p for p in free if ids[p] != own[p] and escape(ids[p])]
+        starts = [p for p, t in zip(at.tolist(), tokens[at].tolist(), strict=True) if escape(t)]
+        if not starts:
+            return False
+        ids, held = tokens.tolist(), self.held.tolist()
         return any(held[q] for p in starts for q in self.covered(ids, p))  # a `#` in a string counts too: a candidate
 
     def commented(self, tokens: Tensor, starts: list[int]) -> set[int]:
