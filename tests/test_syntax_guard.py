@@ -357,3 +357,28 @@ def test_the_picks_a_waiting_comment_start_would_hold_wait_with_it():
     assert trace(steps) == [([2, 5, 6], []), ([3, 4], [])]
     assert steps[-1].canvas.tokens[2:7].tolist() == [NEUTRAL, NEUTRAL, NEUTRAL, nl, NEUTRAL]
     assert trace(run(SimpleNamespace(escape=lambda t: t == hash_))) == [([2, 4, 5, 6], []), ([3], [])]
+
+
+@pytest.mark.parametrize(
+    "hash_logit, second, expected, filled",
+    [
+        (2.0, NEUTRAL, [([2], []), ([3, 4], [])], [NEUTRAL, NEUTRAL, NEUTRAL]),  # unsure (0.37): code instead
+        (5.0, NEUTRAL, [([2, 3, 4], [])], [9, NEUTRAL, NEUTRAL]),  # sure (0.92): the comment and its line
+        (2.0, CLOSE, [([2, 3, 4], [])], [9, NEUTRAL, NEUTRAL]),  # its code token has no witness: as before
+    ],
+)
+def test_an_unsure_comment_start_left_alone_with_its_line_gives_way_to_code(hash_logit, second, expected, filled):
+    # holes 2..4 on one line; 2 proposes a comment start (HASH), 3 and 4 code it would hold, so every pick left is the
+    # comment start or what it holds. Where the model is unsure of it, its best token that starts no comment is
+    # committed alone (the guard admits it), and the line is written as code; a fill that is only a comment is no
+    # fill. Where it is sure, or where the guard turns that token away, the comment and its line go together.
+    hash_ = 9
+    rows = {2: {hash_: hash_logit, second: 1.5}, 3: {NEUTRAL: 10.0}, 4: {NEUTRAL: 9.0}}
+    tokenizer = SimpleNamespace(decode=lambda ids: "".join({hash_: " #"}.get(t, " x") for t in ids))
+    start = canvas(3)
+    witness = start.tokens.masked_fill(start.holes, NEUTRAL)
+    fit = SimpleNamespace(escape=lambda t: t == hash_, tokenizer=tokenizer)
+    sg = SyntaxGuard(spread=False, completer=guard.Guard(brackets, witness, MASK, fit=fit))
+    steps = decode(sg, start, lambda tokens: rows_for(rows, len(tokens)))
+    assert trace(steps) == expected
+    assert steps[-1].canvas.tokens[2:5].tolist() == filled
