@@ -231,15 +231,16 @@ class Run:
         at = holes[row].view(1)
         probs = torch.softmax(logits[at.to(logits.device)].float(), dim=-1)[0]  # (V,)
         top = probs.topk(min(CODE_TRIED, len(probs)))
-        for prob, token in zip(top.values.tolist(), top.indices.tolist(), strict=True):
-            if token == canvas.mask_id or escape(token):
-                continue
-            proposal = torch.tensor([token], dtype=ids.dtype, device=ids.device)
-            score = torch.tensor([prob], dtype=conf.dtype, device=conf.device)
-            got = self.gate.admit(canvas.tokens, logits, at, proposal, score, own=True)
-            admitted = got[0].numel() == 1 and int(got[0][0]) == int(at[0]) and int(got[1][0]) == token
-            return got if admitted else None
-        return None
+        pairs = zip(top.values.tolist(), top.indices.tolist(), strict=True)
+        code = next(((p, t) for p, t in pairs if t != canvas.mask_id and not escape(t)), None)  # most likely first
+        if code is None:
+            return None
+        prob, token = code
+        proposal = torch.tensor([token], dtype=ids.dtype, device=ids.device)
+        score = torch.tensor([prob], dtype=conf.dtype, device=conf.device)
+        got = self.gate.admit(canvas.tokens, logits, at, proposal, score, own=True)
+        admitted = got[0].numel() == 1 and int(got[0][0]) == int(at[0]) and int(got[1][0]) == token
+        return got if admitted else None
 
     def outside(self, canvas: Canvas, holes: Tensor, ids: Tensor, plain: Tensor) -> Tensor:
         """(H,) bool: the holes outside every comment that a waiting comment start of the model's (a hole whose own
