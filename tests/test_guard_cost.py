@@ -11,6 +11,7 @@ import torch
 
 from dlmcode import models
 from dlmcode.bench import guard_cost
+from dlmcode.core.canvas import rowwise
 from dlmcode.text import judge
 
 
@@ -181,3 +182,68 @@ def test_beside_a_model_right_at_nine_holes_in_ten_a_draft_broken_where_it_is_un
     stats = job.decoder.completer.last
     assert result.guard is not None and not (result.breakage and result.breakage.broken)
     assert stats.checks < result.calls, (stats.checks, result.calls)
+
+
+def test_a_stand_in_that_pays_the_forward_runs_the_model_s_for_the_same_rows_and_keeps_its_own_logits(builtin):
+    asked = []
+
+    def predict(tokens, rows=None):
+        asked.append(None if rows is None else rows.tolist())
+        return builtin.predict(tokens) if rows is None else builtin.predict(tokens, rows)
+
+    counting = dataclasses.replace(builtin, predict=rowwise(predict))
+    truth = [91, 278, 457, 40]
+    tokens = torch.tensor([91] + [builtin.mask_id] * len(truth) + [457])
+    free = guard_cost.knowing(counting, truth, 0.5, seed=1)
+    paid = guard_cost.knowing(counting, truth, 0.5, seed=1, forward=True)
+    rows = torch.tensor([1, 2, 3])
+    assert torch.equal(free.predict(tokens, rows), paid.predict(tokens, rows))
+    assert asked == [None, None, [1, 2, 3]]  # each read the vocabulary once when built; then the one call's rows
+    paid.predict(tokens)
+    assert asked[-1] is None
+
+
+def test_guard_ratios_time_each_decoder_guarded_and_not_beside_the_model_and_a_stand_in(builtin):
+    """The first humaneval-infill-multi task, low-confidence: beside a stand-in right at every hole the guard turns
+    nothing away (the same calls, the same fill's validity), and the ratio is the two CPU times'."""
+    from dlmcode.bench import guard_ratio
+
+    rows = list(guard_ratio.ratios(builtin, ["low-confidence"], 1, (None, 1.0)))
+    assert [(r.decoder, r.right, r.tasks, r.errors) for r in rows] == [("low-confidence", None, 1, 0)] + [
+        ("low-confidence", 1.0, 1, 0)
+    ]
+    model, right = rows
+    assert model.guarded_valid == right.guarded_valid == right.plain_valid == 1  # guarded fills parse
+    assert right.plain_calls == right.guarded_calls > 0
+    for r in rows:
+        assert 0 < r.guard_s < r.guarded_s and r.plain_s > 0
+        d = r.to_dict()
+        assert d["ratio"] == round(r.guarded_s / r.plain_s, 6) and d["met"] == (r.ratio <= 1.2) and d["target"] == 1.2
+
+
+def test_speed_guard_tasks_prints_the_ratio_table_and_returns_its_rows(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from dlmcode.bench import guard_ratio
+    from dlmcode.cli import speed
+
+    asked = {}
+
+    def ratios(dlm, names, tasks, rights):
+        asked.update(names=names, tasks=tasks, rights=rights)
+        for right in rights:
+            yield guard_ratio.RatioRow("eb", right, tasks=2, plain_s=1.0, guarded_s=1.3, guard_s=0.2)
+
+    monkeypatch.setattr(guard_ratio, "ratios", ratios)
+    out = io.StringIO()
+    found = speed.guard_ratios(None, ("eb",), 2, Console(file=out, width=200), right=(0.9,))
+    assert asked == {"names": ["eb"], "tasks": 2, "rights": (None, 0.9)}
+    assert [(r["right"], r["ratio"], r["met"]) for r in found["guard_ratios"]] == [
+        (None, 1.3, False),
+        (0.9, 1.3, False),
+    ]
+    text = out.getvalue()
+    assert "guarded against unguarded" in text and "1.30x" in text and "right 90%" in text and "built-in" in text
+    assert speed.guard_ratios(None, (), 0, Console(file=io.StringIO())) == {}

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.canvas import rowwise
+from ..core.canvas import logits_at, rowwise
 from ..core.errors import UsageError
 from ..core.run import RunSettings
 from ..models.base import Dlm
@@ -179,12 +179,13 @@ def own_tokens(dlm: Dlm, text: str, span: tuple[int, int]) -> list[int]:
     return list(dlm.tokenizer.encode(text[start:end]))
 
 
-def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0, below: float = 1.0) -> Dlm:
+def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0, below: float = 1.0, forward: bool = False) -> Dlm:
     """A stand-in for a strong model on a canvas with one run of len(truth) holes: at each hole, its most likely
     token is the file's own (`truth`) at a share `right` of the holes, chosen once (a random token elsewhere, with
     the file's own second, `below` logits under it); each hole's top logit is drawn once, from 2 to 8, so a
-    decoder commits them in an order of its own. Rows of committed positions favour their token. No forward runs:
-    it costs nothing."""
+    decoder commits them in an order of its own. Rows of committed positions favour their token. No forward runs
+    (it costs nothing) unless `forward`: then each call runs `dlm`'s own for the same rows and throws its logits
+    away, so that a call costs what the model's does (bench/guard_ratio.py)."""
     g = torch.Generator().manual_seed(seed)
     vocab = int(dlm.predict(torch.tensor([dlm.mask_id], device=dlm.device)).shape[-1])
     n = len(truth)
@@ -197,6 +198,8 @@ def knowing(dlm: Dlm, truth: list[int], right: float, seed: int = 0, below: floa
     first: list[int] = []  # where the holes start: read off the first canvas, whose holes are all open
 
     def predict(tokens: Tensor, rows: Tensor | None = None) -> Tensor:
+        if forward:
+            logits_at(dlm.predict, tokens, rows)
         tokens = tokens.cpu()
         if not first:
             first.append(int((tokens == dlm.mask_id).nonzero()[0]))

@@ -67,6 +67,14 @@ GuardRight = Annotated[
         "comma-separated (empty: none): the guard's cost beside a strong model"
     ),
 ]
+GuardTasks = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="with --guard: each decoder's guarded time against unguarded on the first N humaneval-infill-multi "
+        "tasks, beside the built-in model and the --guard-right stand-ins (which pay its forward a call); 0: none"
+    ),
+]
 Typos = Annotated[
     int,
     typer.Option(help="with --guard: this many guarded fills beside a typo of the user's (compile once fixed?)"),
@@ -106,6 +114,7 @@ def speed(
     guard: Guard = False,
     guard_places: GuardPlaces = 4,
     guard_right: GuardRight = "1,0.9",
+    guard_tasks: GuardTasks = 0,
     typos: Typos = 0,
     typos_heldout: TyposHeldout = False,
     against: Against = None,
@@ -137,6 +146,7 @@ def speed(
         summary = timing.summary(rows, dlm, cfg, probes(against, sampling, dlm, con))
         if guard:
             summary |= guard_costs(dlm, guard_places, typos, con, typos_heldout, right)
+            summary |= guard_ratios(dlm, cfg.names, guard_tasks, con, right)
         if json_out:
             emit(json.dumps(summary))
 
@@ -193,3 +203,24 @@ def guard_costs(
         con.print(guard_cost.typo_table(found))
         out["guard_typos"] = [r.to_dict() for r in found]
     return out
+
+
+def guard_ratios(
+    dlm: Any, names: tuple[str, ...], tasks: int, con: Any, right: tuple[float, ...] = ()
+) -> dict[str, Any]:
+    """`speed --guard --guard-tasks N`: each decoder's (`names`; none: every one) guarded time against unguarded
+    (bench/guard_ratio.py), beside the model and the stand-ins right at the shares `right`; the table on stderr, the
+    rows for --json."""
+    if tasks <= 0:
+        return {}
+    from .. import decoders
+    from ..bench import guard_ratio
+
+    rows = []
+    with con.status("guarded against unguarded…") as status:
+        for row in guard_ratio.ratios(dlm, list(names or decoders.DECODERS), tasks, (None, *right)):
+            status.update(f"guarded against unguarded: {row.decoder} done…")
+            rows.append(row)
+    con.width = max(con.width, 132)
+    con.print(guard_ratio.ratio_table(rows))
+    return {"guard_ratios": [r.to_dict() for r in rows]}
