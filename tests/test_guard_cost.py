@@ -208,6 +208,7 @@ def test_guard_ratios_time_each_decoder_guarded_and_not_beside_the_model_and_a_s
     nothing away (the same calls, the same fill's validity), and the ratio is the two CPU times'."""
     from dlmcode.bench import guard_ratio
 
+    assert list(guard_ratio.ratios(builtin, ["syntax-guard"], 1)) == []  # always guarded: nothing to hold it to
     rows = list(guard_ratio.ratios(builtin, ["low-confidence"], 1, (None, 1.0)))
     assert [(r.decoder, r.right, r.tasks, r.errors) for r in rows] == [("low-confidence", None, 1, 0)] + [
         ("low-confidence", 1.0, 1, 0)

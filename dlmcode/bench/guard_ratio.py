@@ -58,11 +58,14 @@ class RatioRow:
 
 
 def ratios(dlm: Dlm, names: list[str], tasks: int, rights: tuple[float | None, ...] = (None,)) -> Iterator[RatioRow]:
-    """A row per decoder in `names` and model (None in `rights`: `dlm` itself; a share: the stand-in right at it)."""
+    """A row per decoder in `names` and model (None in `rights`: `dlm` itself; a share: the stand-in right at it); a
+    decoder that is always guarded (syntax-guard) has none."""
     from . import configs, suites
 
     suite = suites.load(SUITE, tasks, dlm.tokenizer)
     for name in names:
+        if not guardable(name):
+            continue  # always guarded (syntax-guard): no unguarded time to hold it to
         points = configs.configs([name], [], ["guard=false,true"])
         plain, guarded = configs.attach_all(points, dlm, strict=True)[0]
         for share in rights:
@@ -83,6 +86,14 @@ def ratios(dlm: Dlm, names: list[str], tasks: int, rights: tuple[float | None, .
                 row.guarded_s, row.guarded_calls = row.guarded_s + g_s, row.guarded_calls + g_calls
                 row.guarded_valid, row.guard_s = row.guarded_valid + g_valid, row.guard_s + g_guard
             yield row
+
+
+def guardable(name: str) -> bool:
+    """Whether the decoder `name` runs with and without the guard (`guard` is a setting of its own, not fixed)."""
+    from .. import decoders
+
+    fields = dataclasses.fields(decoders.DECODERS[name])
+    return any(f.name == "guard" and f.init and not f.metadata.get("fixed") for f in fields)
 
 
 def stand_in(dlm: Dlm, task: Any, right: float, seed: int) -> Dlm:
