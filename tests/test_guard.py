@@ -803,3 +803,28 @@ def test_the_witness_s_own_token_inside_its_comment_is_not_admitted_unsearched(s
     assert session.complete(proposal, session.witness, at) is None
     code = partial(shipped, job, {0: " 1"})  # a token the comment does not hide keeps the witness as it is
     assert session.complete(code, session.witness, code.ne(job.plan.canvas.tokens).nonzero().squeeze(-1)) is not None
+
+
+def test_an_unsure_comment_start_that_opens_its_line_gives_way_to_the_model_s_code_token(shipped):
+    # beside a model whose line broke the witness, the fallback's blanks were followed by the model's own ` #`, and
+    # the fill was a comment line where the unguarded model wrote code: a comment start that would open its line
+    # and that the model is less than half sure of gives way to its most likely code token, when that has a witness
+    job = job_for(shipped, "x = 1\n⟦fill:4⟧\ny = 2\n")
+    start = job.plan.positions[0].start
+    hash_, zed, why, one = (guard.single_token(shipped.tokenizer, t) for t in (" #", "z", "y", " 1"))
+
+    def admitted(comment: float, pieces: dict[int, str], at: int) -> tuple[list[int], list[int]]:
+        session = job.decoder.completer.begin(job.plan.canvas.tokens)
+        canvas = partial(shipped, job, pieces)
+        logits = torch.full((len(canvas), 4096), -10.0)
+        logits[start + at, hash_], logits[start + at, zed], logits[start + at, why] = comment, 0.7, 0.5
+        pos, ids, _ = session.admit(
+            canvas, logits, torch.tensor([start + at]), torch.tensor([hash_]), torch.tensor([0.4])
+        )
+        assert job.guarding.judge(session.witness) == 0 and bool((session.witness[pos] == ids).all())
+        return (pos - start).tolist(), ids.tolist()
+
+    assert admitted(1.0, {}, 0) == ([0], [zed])  # ` #` at 0.41: the line is written as code, `z` first
+    assert admitted(3.0, {}, 0) == ([0], [hash_])  # at 0.87: the model's comment line stays
+    assert admitted(1.0, {0: "z"}, 1) == ([1], [hash_])  # after code on its line: a comment at its end stays
+    assert one is not None  # (the tokens used are single tokens of the built-in vocabulary)

@@ -121,3 +121,24 @@ def test_tails_that_read_the_same_share_their_endings():
         rest.endings(shape, pyahead.read_tail(b), "    ", False)
     )
     assert list(rest.endings(shape, pyahead.read_tail(a), "    ", False))  # some start fits
+
+
+def test_a_line_cut_after_a_keyword_is_finished_as_that_statement_before_the_keyword_becomes_a_name():
+    # `        if` cut before a line of the same block: the bridges finished it as `ifx` (a name: the `if` gone) and
+    # those filled every slot; the statement itself (`if():` then the code below as its body, or a body of its own)
+    # comes first now, the glued name last
+    before = "for c in s:\n    if c:\n        d = 1\n        if"
+    after = "\n    elif c:\n        d = 2\n"
+    found = pyshape.bridges(before, after)
+    assert found and not found[0][0].startswith("x")
+    assert parses_whole(before + found[0][0] + found[0][1] + after)
+    glued = [start for start, _ in found if start.startswith("x")]
+    assert found.index(next(b for b in found if b[0] in glued)) > 0 if glued else True
+
+
+def parses_whole(text: str) -> bool:
+    try:
+        compile(text, "<t>", "exec")
+    except SyntaxError:
+        return False
+    return True

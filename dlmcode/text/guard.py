@@ -79,6 +79,10 @@ UNSURE = 0.25  # the second reading only when the model is unsure at most at thi
 FEW = 2  # ... or at this many: the last holes of a fill, where the model's wrong guesses were left to the end (ours)
 RIVAL = 0.25  # a hole's second choice at least this share as likely as its first: the draft's second reading (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
+COMMENT_SURE = (
+    0.5  # a comment start that opens its line, less likely than this, gives way to code with a witness (ours)
+)
+CODE_READ = 16  # the model's most likely tokens read there for one that starts no comment (ours)
 BESIDE = 3  # fillers tried in each run of holes beside a lone proposal (ours: docs/guard.md, Cost: of the passes,
 # nearly all came from the first three, and building the others was most of the guard's time on large files; with
 # several proposals a call, every filler the search reaches: capped there too, the decodes took more calls)
@@ -207,7 +211,8 @@ class Session(Search):
             found = self.drafted_witness(tokens.cpu(), logits, pos.cpu(), ids.cpu())
             if found is not None:
                 self.witness = found
-                return surest_first(pos, ids, scores, device)
+                coded = None if self.own else self.uncommented(tokens.cpu(), logits, pos.cpu(), ids.cpu())
+                return surest_first(pos, ids, scores, device) if coded is None else surest_first(*coded, device)
             self.start()
         if self.witness is None and not self.adopt(tokens, logits):
             self.stats.gave_up, self.stats.late = True, self.stats.late + 1  # unguarded until a witness is found:
@@ -216,6 +221,9 @@ class Session(Search):
         self.stats.gave_up = False
         order = scores.cpu().argsort(descending=True, stable=True)  # most confident first: the fallback takes the first
         tokens, pos, ids, scores = tokens.cpu(), pos.cpu()[order], ids.cpu()[order], scores.cpu()[order]
+        coded = None if self.own else self.uncommented(tokens, logits, pos, ids)
+        if coded is not None:
+            return surest_first(*coded, device)
         every = tokens.clone()
         every[pos] = ids
         if self.agrees(every):  # the witness's own tokens: no check, and no draft to read
@@ -256,6 +264,59 @@ class Session(Search):
         rest = ~covered
         out = self.one_by_one(current, logits, draft, pos[rest], ids[rest], scores[rest], fallback=not covered.any())
         return surest_first(*(torch.cat([a[covered], b]) for a, b in zip((pos, ids, scores), out, strict=True)), device)
+
+    def uncommented(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor) -> tuple[Tensor, ...] | None:
+        """(position, id, probability) of the model's most likely code token at a proposed comment start that opens
+        its line (only blanks before it on that line) and that the model is less than COMMENT_SURE sure of, when that
+        token has a witness; it is committed alone this call, in place of the comment start. None: no such start,
+        or no witness for its code token (the comment start goes on as before). A comment start makes anything after
+        it on its line parse, so beside a model whose line broke the witness, the guard's fallback blanks (a filler's
+        spaces) are followed by the model's own ` #` and the fill is a comment line: a trivial fill where the
+        unguarded model wrote code (`if result is not None:` became `#`, docs/guard.md, nineteenth round)."""
+        starts = [i for i, t in enumerate(ids.tolist()) if self.escape(t) and self.opens_line(tokens, int(pos[i]), t)]
+        if not starts or self.witness is None:
+            return None
+        i = min(starts, key=lambda k: int(pos[k]))  # the first: a later one may be inside its comment
+        at = int(pos[i])
+        row = logits[at].float().cpu()  # (V,)
+        probs = torch.softmax(row, dim=-1)
+        if float(probs[int(ids[i])]) >= COMMENT_SURE:
+            return None
+        top = probs.topk(min(CODE_READ, len(probs)))
+        pairs = zip(top.values.tolist(), top.indices.tolist(), strict=True)
+        code = next(((p, t) for p, t in pairs if t != self.guard.mask_id and not self.escape(t)), None)
+        if code is None:
+            return None
+        prob, token = code
+        kept: list[tuple[int, int, float]] = []
+        draft = self.drafted = self.draft(tokens, logits)
+        self.read, self.seconded = (tokens, logits), None
+        if self.admitted(tokens.clone(), draft, at, token, prob, kept) is None:
+            return None
+        self.stats.rejected, self.stats.replaced = self.stats.rejected + 1, self.stats.replaced + 1
+        return torch.tensor([at]), torch.tensor([token], dtype=torch.long), torch.tensor([prob])
+
+    def opens_line(self, tokens: Tensor, p: int, token: int) -> bool:
+        """Whether `token` at `p` would open its line: its own text before its comment mark is blank after its last
+        line break, and so is every committed token back to a line break (holes on the way are passed over: what
+        the model writes there is not known yet, and a comment start it is unsure of before them is no better)."""
+        text = self.text(token)
+        mark = min((k for k in (text.find("#"), text.find("//"), text.find("/*")) if k >= 0), default=0)
+        head = text[:mark]
+        if "\n" in head:
+            return not head.rsplit("\n", 1)[1].strip()
+        if head.strip():
+            return False
+        for q in range(p - 1, -1, -1):
+            t = int(tokens[q])
+            if t == self.guard.mask_id:
+                continue
+            piece = self.text(t)
+            if "\n" in piece:
+                return not piece.rsplit("\n", 1)[1].strip()
+            if piece.strip():
+                return False
+        return True
 
     def drafted_witness(self, tokens: Tensor, logits: Tensor, pos: Tensor, ids: Tensor) -> Tensor | None:
         """This call's draft with the proposals in it, or else its second reading (`second`: when the model is unsure

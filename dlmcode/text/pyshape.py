@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import keyword
 import re
 from collections.abc import Iterator
 
@@ -224,7 +225,8 @@ def _heads(cut: Line | None) -> Iterator[str]:
         yield ""
         return
     close = _closers(cut.code)
-    for head in HEADS:
+    glued = not close and keyword.iskeyword(cut.code.rsplit(None, 1)[-1] if cut.code.strip() else "")
+    for head in sorted(HEADS, key=lambda h: glued and h == "x"):  # `if` cut: `ifx` is a name, not the `if`, so last
         if parses(cut.code + close + head):
             yield close + head
     for operand in OPERANDS if close else ():  # `if (a and` cut: the operand goes inside the brackets it closes
