@@ -79,9 +79,8 @@ UNSURE = 0.25  # the second reading only when the model is unsure at most at thi
 FEW = 2  # ... or at this many: the last holes of a fill, where the model's wrong guesses were left to the end (ours)
 RIVAL = 0.25  # a hole's second choice at least this share as likely as its first: the draft's second reading (ours)
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
-COMMENT_SURE = (
-    0.5  # a comment start that opens its line, less likely than this, gives way to code with a witness (ours)
-)
+# a proposed comment start that opens its line, less likely than this, gives way to code that has a witness (ours)
+COMMENT_SURE = 0.5
 CODE_READ = 16  # the model's most likely tokens read there for one that starts no comment (ours)
 BESIDE = 3  # fillers tried in each run of holes beside a lone proposal (ours: docs/guard.md, Cost: of the passes,
 # nearly all came from the first three, and building the others was most of the guard's time on large files; with
