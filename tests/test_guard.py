@@ -354,6 +354,29 @@ def test_the_second_reading_stops_reading_once_the_model_is_unsure_at_too_many_h
     assert session.second() is None and read == [3, 5]
 
 
+def test_the_holes_a_mostly_right_model_leaves_to_the_end_get_a_second_reading_though_it_is_unsure_at_all_of_them():
+    # a model right at most holes commits its sure ones first, and what is left is where it is wrong, with the right
+    # token second: unsure at all 3 holes left, but at 3 of the 12 the decode began with (a quarter), its second
+    # reading is made there (the share is of the decode's holes, not of those left); a decode that began with these
+    # 3 holes and a model unsure at all of them gets none (the built-in model, unsure nearly everywhere)
+    mask = 9
+    start = torch.tensor([OPEN, *[mask] * 12, CLOSE])
+    canvas = torch.tensor([OPEN, *[NEUTRAL] * 9, mask, mask, mask, CLOSE])
+    logits = torch.full((14, 10), -5.0)
+    for hole, (first, second) in zip((10, 11, 12), ((OPEN, NEUTRAL), (NEUTRAL, OPEN), (OPEN, CLOSE)), strict=True):
+        logits[hole, first], logits[hole, second] = 2.0, 2.0 + math.log(0.5)
+    witness = torch.tensor([OPEN, *[NEUTRAL] * 12, CLOSE])
+    session = guard.Guard(balanced, witness, mask).begin(start)
+    session.drafted, session.read = session.draft(canvas, logits), (canvas, logits)
+    assert session.second().tolist() == [OPEN, *[NEUTRAL] * 9, NEUTRAL, OPEN, CLOSE, CLOSE]
+    session = guard.Guard(balanced, torch.tensor([OPEN, NEUTRAL, NEUTRAL, NEUTRAL, CLOSE]), mask).begin(
+        torch.tensor([OPEN, mask, mask, mask, CLOSE])
+    )
+    few = torch.tensor([OPEN, mask, mask, mask, CLOSE])
+    session.drafted, session.read = session.draft(few, logits[9:]), (few, logits[9:])
+    assert session.second() is None
+
+
 def test_the_draft_is_the_model_s_top_token_at_every_hole_never_the_mask():
     mask = 9
     canvas = torch.tensor([OPEN, mask, mask, CLOSE])

@@ -154,6 +154,7 @@ class Guard:
             )
         self.last = Stats()
         self.session = Session(self, None if self.found is None else self.found.clone(), self.last)
+        self.session.total = int((canvas == self.mask_id).sum())
         self.session.charge(ahead=True)  # a search already run (a witness read before): this decode counts it
         return self.session
 
@@ -165,6 +166,7 @@ class Session(Search):
         self.guard, self.witness, self.stats = guard, witness, stats
         self.memo: dict[bytes, int] = {}
         self.spent = 0  # checks in the current call
+        self.total = 0  # the holes the decode began with (`second`: how many the model may be unsure of)
         self.beside = -1  # fillers tried beside a proposal in the current call (-1: all)
         self.own = False  # this call's proposals are kept or turned away as they are: no less likely token is tried
         self.held: Tensor | None = None  # (L,) bool: what the witness searched for must agree with (`hides`)
@@ -634,9 +636,9 @@ class Session(Search):
             tokens, logits = self.read
             holes = (tokens == self.guard.mask_id).nonzero().squeeze(-1)
             out = self.drafted.clone()
-            limit = max(int(UNSURE * len(holes)), FEW)  # more unsure holes than this: no second reading
+            limit = max(int(UNSURE * max(len(holes), self.total)), FEW)  # more unsure holes: no second reading
             found = self.choices(logits, holes[: limit + 1])  # unsure at all of them (the built-in model): stop there
-            if found is not None and not bool(found[0].all()):
+            if found is not None and not (len(found[0]) > limit and bool(found[0].all())):
                 more = self.choices(logits, holes[limit + 1 :])
                 close, top = found if more is None else (torch.cat([found[0], more[0]]), torch.cat([found[1], more[1]]))
                 if int(close.sum()) <= limit:
