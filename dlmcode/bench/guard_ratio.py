@@ -31,7 +31,7 @@ class RatioRow:
     """One decoder beside one model: its tasks decoded unguarded and guarded, summed."""
 
     decoder: str
-    right: float | None = None  # the stand-in's share of holes right; None: the built-in model itself
+    right: float | None = None  # the stand-in's share of holes right; None: the model itself (--model's)
     tasks: int = 0
     plain_s: float = 0.0  # unguarded decodes, CPU seconds of this thread
     guarded_s: float = 0.0  # guarded decodes, the guard included
@@ -41,6 +41,21 @@ class RatioRow:
     plain_valid: int = 0  # fills the breakage rule does not count broken
     guarded_valid: int = 0
     errors: int = 0  # decodes that stopped with an error (not timed)
+
+    def add(self, plain: tuple[float, int, bool, float], guarded: tuple[float, int, bool, float]) -> None:
+        """One task's unguarded and guarded decode (`decoded`'s)."""
+        self.tasks += 1
+        self.plain_s, self.plain_calls, self.plain_valid = (
+            self.plain_s + plain[0],
+            self.plain_calls + plain[1],
+            self.plain_valid + plain[2],
+        )
+        self.guarded_s, self.guarded_calls, self.guarded_valid, self.guard_s = (
+            self.guarded_s + guarded[0],
+            self.guarded_calls + guarded[1],
+            self.guarded_valid + guarded[2],
+            self.guard_s + guarded[3],
+        )
 
     @property
     def ratio(self) -> float:
@@ -72,19 +87,11 @@ def ratios(dlm: Dlm, names: list[str], tasks: int, rights: tuple[float | None, .
             row = RatioRow(name, share)
             for i, task in enumerate(suite.tasks):
                 model = dlm if share is None else stand_in(dlm, task, share, seed=i)
-                both = [decoded(task, config, model) for config in (plain, guarded)]
-                if any(found is None for found in both):
+                without, under = (decoded(task, config, model) for config in (plain, guarded))
+                if without is None or under is None:
                     row.errors += 1
-                    continue
-                (p_s, p_calls, p_valid, _), (g_s, g_calls, g_valid, g_guard) = both  # type: ignore[misc]
-                row.tasks += 1
-                row.plain_s, row.plain_calls, row.plain_valid = (
-                    row.plain_s + p_s,
-                    row.plain_calls + p_calls,
-                    row.plain_valid + p_valid,
-                )
-                row.guarded_s, row.guarded_calls = row.guarded_s + g_s, row.guarded_calls + g_calls
-                row.guarded_valid, row.guard_s = row.guarded_valid + g_valid, row.guard_s + g_guard
+                else:
+                    row.add(without, under)
             yield row
 
 
@@ -119,7 +126,8 @@ def decoded(task: Any, config: Any, dlm: Dlm) -> tuple[float, int, bool, float] 
     return seconds, result.calls, not (breakage and breakage.broken), guard
 
 
-def ratio_table(rows: list[RatioRow]) -> Any:
+def ratio_table(rows: list[RatioRow], model: str = "built-in") -> Any:
+    """The rows as a table; `model`: what the rows without a stand-in were decoded by."""
     from rich import box
     from rich.table import Table
 
@@ -132,7 +140,7 @@ def ratio_table(rows: list[RatioRow]) -> Any:
         n = max(r.tasks, 1)
         t.add_row(
             r.decoder,
-            "built-in" if r.right is None else f"right {r.right:.0%}",
+            model if r.right is None else f"right {r.right:.0%}",
             str(r.tasks) + (f" ({r.errors} failed)" if r.errors else ""),
             f"{r.plain_s / n:.3f}",
             f"{r.guarded_s / n:.3f}",

@@ -72,7 +72,7 @@ GuardTasks = Annotated[
     typer.Option(
         min=0,
         help="with --guard: each decoder's guarded time against unguarded on the first N humaneval-infill-multi "
-        "tasks, beside the built-in model and the --guard-right stand-ins (which pay its forward a call); 0: none"
+        "tasks, beside the built-in model and the --guard-right stand-ins (which pay its forward a call); 0: none",
     ),
 ]
 Typos = Annotated[
@@ -222,5 +222,5 @@ def guard_ratios(
             status.update(f"guarded against unguarded: {row.decoder} done…")
             rows.append(row)
     con.width = max(con.width, 132)
-    con.print(guard_ratio.ratio_table(rows))
+    con.print(guard_ratio.ratio_table(rows, "built-in" if dlm is None else dlm.name))
     return {"guard_ratios": [r.to_dict() for r in rows]}
