@@ -345,3 +345,11 @@ def test_the_two_level_argmax_gives_torch_s_index_on_ties_nan_and_impossible_row
     assert torch.equal(indices, theirs.indices) and torch.equal(values.isnan(), theirs.values.isnan())
     assert torch.equal(values.nan_to_num(), theirs.values.nan_to_num())
     assert torch.equal(sampling.argmax(rows.t().contiguous().t()), rows.argmax(-1))  # strided: torch's own
+
+
+def test_likeliest_allowed_is_the_most_likely_token_refused_tokens_aside_among_those_read():
+    probs = torch.tensor([0.05, 0.4, 0.3, 0.2, 0.05])
+    assert sampling.likeliest_allowed(probs, lambda t: False) == (pytest.approx(0.4), 1)
+    assert sampling.likeliest_allowed(probs, lambda t: t in (1, 2)) == (pytest.approx(0.2), 3)
+    assert sampling.likeliest_allowed(probs, lambda t: t != 0, read=3) is None  # token 0 is not among the 3 read
+    assert sampling.likeliest_allowed(probs, lambda t: t != 0, read=99) == (pytest.approx(0.05), 0)

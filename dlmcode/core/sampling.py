@@ -9,6 +9,7 @@ drawn at temperature 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -222,6 +223,14 @@ def locate(weights: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
     before = torch.where(i > 0, cum.gather(1, (i - 1).clamp_min(0)), 0.0)  # (H, 1)
     share = ((point - before) / weights.gather(1, i)).clamp(0.0, BELOW_ONE)
     return i.squeeze(1), share.squeeze(1)
+
+
+def likeliest_allowed(probs: Tensor, refused: Callable[[int], bool], read: int = 16) -> tuple[float, int] | None:
+    """(probability, token) of the most likely token of one row of probabilities (V,) that `refused` lets through,
+    among its `read` most likely; None: none of them (a comment start's stand-in: the guard's and syntax-guard's)."""
+    top = probs.topk(min(read, len(probs)))
+    pairs = zip(top.values.tolist(), top.indices.tolist(), strict=True)
+    return next(((p, t) for p, t in pairs if not refused(t)), None)
 
 
 def without(logits: Tensor, token: int, copy: bool = True) -> Tensor:

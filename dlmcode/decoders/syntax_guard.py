@@ -49,7 +49,6 @@ from .base import BaseDecoder, blocks, check, open_gate, setting, with_holes
 
 EMPTY = torch.empty(0, dtype=torch.long)
 UNSURE = 0.5  # a comment start the model is less sure of than this gives way to its best code token (ours)
-CODE_TRIED = 16  # the model's most likely tokens read for one that starts no comment (ours)
 
 
 @dataclass(frozen=True)
@@ -230,9 +229,7 @@ class Run:
         row = min(starts, key=lambda r: int(holes[r]))  # the first: it holds the others
         at = holes[row].view(1)
         probs = torch.softmax(logits[at.to(logits.device)].float(), dim=-1)[0]  # (V,)
-        top = probs.topk(min(CODE_TRIED, len(probs)))
-        pairs = zip(top.values.tolist(), top.indices.tolist(), strict=True)
-        code = next(((p, t) for p, t in pairs if t != canvas.mask_id and not escape(t)), None)  # most likely first
+        code = sampling.likeliest_allowed(probs, lambda t: t == canvas.mask_id or escape(t))
         if code is None:
             return None
         prob, token = code

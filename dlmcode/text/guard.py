@@ -81,7 +81,6 @@ RIVAL = 0.25  # a hole's second choice at least this share as likely as its firs
 CANDIDATES = 4  # tokens tried at a rejected position: the proposal, then the next most likely (ours)
 # a proposed comment start that opens its line, less likely than this, gives way to code that has a witness (ours)
 COMMENT_SURE = 0.5
-CODE_READ = 16  # the model's most likely tokens read there for one that starts no comment (ours)
 BESIDE = 3  # fillers tried in each run of holes beside a lone proposal (ours: docs/guard.md, Cost: of the passes,
 # nearly all came from the first three, and building the others was most of the guard's time on large files; with
 # several proposals a call, every filler the search reaches: capped there too, the decodes took more calls)
@@ -153,8 +152,8 @@ class Guard:
                 "canvas and witness disagree"
             )
         self.last = Stats()
-        self.session = Session(self, None if self.found is None else self.found.clone(), self.last)
-        self.session.total = int((canvas == self.mask_id).sum())
+        witness = None if self.found is None else self.found.clone()
+        self.session = Session(self, witness, self.last, int((canvas == self.mask_id).sum()))
         self.session.charge(ahead=True)  # a search already run (a witness read before): this decode counts it
         return self.session
 
@@ -162,11 +161,11 @@ class Guard:
 class Session(Search):
     """One guarded decode: the current witness, and `admit`, the gate every commit goes through."""
 
-    def __init__(self, guard: Guard, witness: Tensor | None, stats: Stats) -> None:
+    def __init__(self, guard: Guard, witness: Tensor | None, stats: Stats, total: int = 0) -> None:
         self.guard, self.witness, self.stats = guard, witness, stats
         self.memo: dict[bytes, int] = {}
         self.spent = 0  # checks in the current call
-        self.total = 0  # the holes the decode began with (`second`: how many the model may be unsure of)
+        self.total = total  # the holes the decode began with (`second`: how many the model may be unsure of)
         self.beside = -1  # fillers tried beside a proposal in the current call (-1: all)
         self.own = False  # this call's proposals are kept or turned away as they are: no less likely token is tried
         self.held: Tensor | None = None  # (L,) bool: what the witness searched for must agree with (`hides`)
@@ -283,9 +282,7 @@ class Session(Search):
         probs = torch.softmax(row, dim=-1)
         if float(probs[int(ids[i])]) >= COMMENT_SURE:
             return None
-        top = probs.topk(min(CODE_READ, len(probs)))
-        pairs = zip(top.values.tolist(), top.indices.tolist(), strict=True)
-        code = next(((p, t) for p, t in pairs if t != self.guard.mask_id and not self.escape(t)), None)
+        code = sampling.likeliest_allowed(probs, lambda t: t == self.guard.mask_id or self.escape(t))
         if code is None:
             return None
         prob, token = code
